@@ -1,0 +1,2 @@
+# Root conftest: keeps benchmark scripts out of collection.
+collect_ignore = ["benchmarks"]

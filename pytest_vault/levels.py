@@ -1,0 +1,79 @@
+"""The five levels: a passport, a system prompt and decode settings each.
+
+They live in a folder (`passports/` by default, shipped inside the package) holding
+`level-N.json` passports and `levels.toml`, which a policy author can read and edit.
+"""
+
+from __future__ import annotations
+
+import tomllib
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
+
+from pytest_vault.passport import Passport, PassportError, describe, load_passport
+
+LEVELS = (1, 2, 3, 4, 5)
+SHIPPED = Path(__file__).parent / "passports"
+
+
+class LevelSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    passport: StrictStr
+    temperature: Annotated[float, Field(ge=0, le=2)]
+    max_tokens: Annotated[StrictInt, Field(ge=1)]
+    system_prompt: Annotated[StrictStr, Field(min_length=1)]
+
+
+@dataclass(frozen=True)
+class Level:
+    number: int
+    passport: Passport
+    passport_file: Path
+    temperature: float
+    max_tokens: int
+    system_prompt: str
+
+
+def load_levels(folder: str | Path = SHIPPED) -> dict[int, Level]:
+    """Read `levels.toml` and its passports; any problem is a one-line `PassportError`."""
+    folder = Path(folder)
+    source = folder / "levels.toml"
+    try:
+        table = tomllib.loads(source.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PassportError(f"{source}: cannot read: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise PassportError(f"{source}: invalid TOML: {exc}") from None
+    raw = table.get("level")
+    if not isinstance(raw, dict):
+        raise PassportError(f"{source}: level: expected [level.1] ... [level.5] tables")
+    levels: dict[int, Level] = {}
+    for number in LEVELS:
+        entry = raw.get(str(number))
+        if entry is None:
+            raise PassportError(f"{source}: level.{number}: missing")
+        try:
+            settings = LevelSettings.model_validate(entry)
+        except ValidationError as exc:
+            raise PassportError(f"{source}: level.{number}.{describe(exc)}") from None
+        path = folder / settings.passport
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            passport = load_passport(path)
+        levels[number] = Level(
+            number=number,
+            passport=passport,
+            passport_file=path,
+            temperature=settings.temperature,
+            max_tokens=settings.max_tokens,
+            system_prompt=settings.system_prompt.strip(),
+        )
+    extra = set(raw) - {str(n) for n in LEVELS}
+    if extra:
+        raise PassportError(f"{source}: level.{sorted(extra)[0]}: unknown level (1 to 5)")
+    return levels

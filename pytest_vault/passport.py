@@ -1,0 +1,197 @@
+"""Open Agent Passport (OAP v1.0) documents, validated with pydantic.
+
+Follows `oap/passport-schema.json` of aporthq/aport-spec, with these deliberate
+deviations (each marked `DEVIATION` below):
+
+* `did`, `expires_at` and `never_expires` are accepted: the upstream schema omits
+  them while forbidding unknown properties, yet its own spec text uses them.
+* `limits["payments.charge"]` is validated against the `finance.payment.charge.v1`
+  pack whenever the passport grants `payments.charge`: a passport that grants the
+  capability without readable limits is an error, never an unlimited grant.
+* `x_vault_memo_approval_code_required` is a pytest-vault extension to those limits
+  (stricter than the published pack): see `ChargeLimits`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import warnings
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    model_validator,
+)
+
+CHARGE = "payments.charge"
+WILDCARD = "*"
+
+AssuranceLevel = Literal["L0", "L1", "L2", "L3", "L4KYC", "L4FIN"]
+# L4FIN (financial verification) is ranked above L4KYC: the schema leaves the
+# order unstated, and ranking the stronger check higher is the conservative read.
+ASSURANCE_RANK: dict[str, int] = {"L0": 0, "L1": 1, "L2": 2, "L3": 3, "L4KYC": 4, "L4FIN": 5}
+
+CurrencyCode = Annotated[str, Field(pattern=r"^[A-Z]{3}$")]
+Minor = Annotated[StrictInt, Field(ge=0)]
+
+
+class PassportError(ValueError):
+    """A passport that cannot be used; the message is one line naming file and field."""
+
+
+class PassportWarning(UserWarning):
+    """A passport that loads but is more permissive than its author likely meant."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Capability(_Strict):
+    id: Annotated[StrictStr, Field(pattern=r"^[a-z0-9]+(\.[a-z0-9]+)*$")]
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class CurrencyLimit(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    max_per_tx: Minor
+    daily_cap: Minor | None = None
+
+
+class ChargeLimits(BaseModel):
+    """`limits["payments.charge"]` as the `finance.payment.charge.v1` pack reads it.
+
+    `currency_limits` and `allowed_merchant_ids` are required: without them the pack
+    cannot say no. The other keys default to the pack's own semantics.
+    """
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    currency_limits: dict[CurrencyCode, CurrencyLimit]
+    # `"*"` permits any recipient. An empty list is also "any" under the published
+    # pack, which is why `load_passport` warns about it.
+    allowed_merchant_ids: list[StrictStr]
+    allowed_countries: list[StrictStr] = Field(default_factory=list)
+    blocked_categories: list[StrictStr] = Field(default_factory=list)
+    max_items_per_tx: Annotated[StrictInt, Field(ge=1)] | None = None
+    # The pack's `min_assurance` is L2; a passport may only raise it.
+    require_assurance_at_least: AssuranceLevel = "L2"
+    idempotency_required: StrictBool = False
+    # A human approval step the agent cannot obtain: every charge is denied.
+    approval_required: StrictBool = False
+    # DEVIATION (pytest-vault extension, stricter than the pack): the APort Vault
+    # Level 4 engine required an approval code `APC-YYYY-NNNN` in the memo.
+    x_vault_memo_approval_code_required: StrictBool = False
+
+
+class Passport(_Strict):
+    passport_id: StrictStr
+    kind: Literal["template", "instance"]
+    spec_version: Literal["oap/1.0"]
+    template_id: StrictStr | None = None
+    parent_agent_id: StrictStr | None = None
+    owner_id: StrictStr
+    owner_type: Literal["org", "user"]
+    status: Literal["draft", "active", "suspended", "revoked"]
+    assurance_level: AssuranceLevel
+    capabilities: list[Capability]
+    limits: dict[str, Any]
+    regions: list[Annotated[StrictStr, Field(pattern=r"^[A-Z]{2}(-[A-Z]{2})?$")]]
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    created_at: datetime
+    updated_at: datetime
+    version: Annotated[StrictStr, Field(pattern=r"^\d+\.\d+\.\d+$")]
+    # DEVIATION: used by the spec text, missing from the upstream schema.
+    did: StrictStr | None = None
+    expires_at: datetime | None = None
+    never_expires: StrictBool | None = None
+
+    @model_validator(mode="after")
+    def _charge_limits_readable(self) -> Passport:
+        if self.grants(CHARGE):
+            if CHARGE not in self.limits:
+                raise ValueError(f"limits.{CHARGE}: required when {CHARGE} is granted")
+            try:
+                ChargeLimits.model_validate(self.limits[CHARGE])
+            except ValidationError as exc:
+                raise ValueError(f"limits.{CHARGE}.{describe(exc)}") from None
+        if self.expires_at is not None and self.expires_at.tzinfo is None:
+            raise ValueError("expires_at: needs a time zone (e.g. a trailing Z)")
+        return self
+
+    def grants(self, capability: str) -> bool:
+        return any(c.id == capability for c in self.capabilities)
+
+    @property
+    def charge_limits(self) -> ChargeLimits | None:
+        """The validated charge limits, or None when the capability is not granted."""
+        if not self.grants(CHARGE):
+            return None
+        return ChargeLimits.model_validate(self.limits[CHARGE])
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "(root)"
+
+
+def describe(error: ValidationError) -> str:
+    """The first problem of a validation error as `field: message` on one line."""
+    first = error.errors()[0]
+    loc = tuple(first["loc"])
+    msg = str(first["msg"])
+    # Errors raised in a model validator carry their own field in the message.
+    if not loc and ": " in msg:
+        msg = msg.removeprefix("Value error, ")
+        return re.sub(r"\s+", " ", msg)
+    more = f" (+{len(error.errors()) - 1} more)" if len(error.errors()) > 1 else ""
+    return re.sub(r"\s+", " ", f"{_field_path(loc)}: {msg}{more}")
+
+
+def passport_from_data(data: Any, source: str = "<passport>") -> Passport:
+    """Validate a parsed passport; any problem is a one-line `PassportError`."""
+    if not isinstance(data, dict):
+        raise PassportError(f"{source}: (root): expected a JSON object")
+    try:
+        passport = Passport.model_validate(data)
+    except ValidationError as exc:
+        raise PassportError(f"{source}: {describe(exc)}") from None
+    limits = passport.charge_limits
+    if limits is not None and not limits.allowed_merchant_ids:
+        warnings.warn(
+            f"{source}: limits.{CHARGE}.allowed_merchant_ids is EMPTY, which the "
+            "published pack reads as 'any recipient' (fail-open); "
+            f'write ["{WILDCARD}"] if that is meant, or list the recipients',
+            PassportWarning,
+            stacklevel=2,
+        )
+    return passport
+
+
+def load_passport(path: str | Path) -> Passport:
+    """Read and validate a passport file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PassportError(f"{path}: cannot read: {exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PassportError(f"{path}: line {exc.lineno}: invalid JSON: {exc.msg}") from None
+    return passport_from_data(data, str(path))
