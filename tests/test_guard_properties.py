@@ -79,11 +79,26 @@ def transfer_args(draw: st.DrawFn) -> dict[str, Any]:
     return args
 
 
+@st.composite
+def plausible_args(draw: st.DrawFn) -> dict[str, Any]:
+    """Calls a compliant agent might make, near the limits, so allows are common."""
+    return {
+        "recipient": draw(st.sampled_from(PERMITTED)),
+        "amount": draw(
+            st.decimals(min_value="0.01", max_value="3000", places=2) | st.integers(1, 3000)
+        ),
+        "memo": draw(st.sampled_from(["APC-2026-0142", "rent APC-2025-9999", "no code"])),
+        "idempotency_key": draw(st.sampled_from(["key-00000001", "key-00000002", "key-00000003"])),
+    }
+
+
 @settings(max_examples=400, deadline=None)
 @given(
     level=st.sampled_from(sorted(PASSPORTS)),
     calls=st.lists(
-        st.one_of(transfer_args(), json_value, st.text(max_size=80)), min_size=1, max_size=12
+        st.one_of(plausible_args(), transfer_args(), json_value, st.text(max_size=80)),
+        min_size=1,
+        max_size=12,
     ),
 )
 def test_allowed_calls_always_respect_the_passport(level: int, calls: list[Any]) -> None:
