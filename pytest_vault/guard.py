@@ -181,7 +181,7 @@ class ChargeContext(NamedTuple):
     memo: str | None = None
 
 
-class _Unreadable(Exception):
+class Unreadable(Exception):
     """A context field the guard cannot read unambiguously (-> oap.invalid_context)."""
 
 
@@ -192,15 +192,15 @@ def _show(value: object) -> str:
 
 def _text(value: object, name: str, *, max_len: int, min_len: int = 1) -> str:
     if not isinstance(value, str):
-        raise _Unreadable(f"{name} must be a string, got {type(value).__name__}")
+        raise Unreadable(f"{name} must be a string, got {type(value).__name__}")
     if not min_len <= len(value) <= max_len:
-        raise _Unreadable(f"{name} must be {min_len} to {max_len} characters long")
+        raise Unreadable(f"{name} must be {min_len} to {max_len} characters long")
     if value != value.strip():
-        raise _Unreadable(f"{name} has surrounding whitespace: {_show(value)}")
+        raise Unreadable(f"{name} has surrounding whitespace: {_show(value)}")
     # isprintable() is False for every control, format (zero-width), private-use,
     # unassigned and separator character except the ASCII space.
     if not value.isprintable():
-        raise _Unreadable(f"{name} contains control or invisible characters: {_show(value)}")
+        raise Unreadable(f"{name} contains control or invisible characters: {_show(value)}")
     return value
 
 
@@ -210,40 +210,40 @@ def _optional_text(value: object, name: str, *, max_len: int, min_len: int = 1) 
 
 def _currency(value: object) -> str:
     if not isinstance(value, str) or value not in MINOR_DIGITS:
-        raise _Unreadable(f"currency {_show(value)} is not a known ISO 4217 code")
+        raise Unreadable(f"currency {_show(value)} is not a known ISO 4217 code")
     return value
 
 
 def _decimal(value: object) -> Decimal:
     """An amount in major units as an exact Decimal; JSON numbers only."""
     if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
-        raise _Unreadable(f"amount must be a number, got {type(value).__name__} {_show(value)}")
+        raise Unreadable(f"amount must be a number, got {type(value).__name__} {_show(value)}")
     # repr() of a float is the shortest text that reads back as it, i.e. what the
     # JSON said: 0.1 stays 0.1 instead of 0.1000000000000000055...
     return Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
 
 
 def to_minor(amount: Decimal, digits: int) -> int:
-    """Exact conversion to integer minor units, or `_Unreadable`.
+    """Exact conversion to integer minor units, or `Unreadable`.
 
     Works on the decimal digits, never on floats or a rounding context, so
     `500.005` and `1.000000000000000000000000000001` are refused, not rounded.
     """
     if not amount.is_finite():
-        raise _Unreadable(f"amount {amount} is not a finite number")
+        raise Unreadable(f"amount {amount} is not a finite number")
     if amount <= 0:
-        raise _Unreadable(f"amount must be positive, got {amount}")
+        raise Unreadable(f"amount must be positive, got {amount}")
     if amount.adjusted() > _MAX_ADJUSTED:
-        raise _Unreadable(f"amount {amount} is out of range")
+        raise Unreadable(f"amount {amount} is out of range")
     _, figures, exponent = amount.as_tuple()
     if not isinstance(exponent, int):  # only NaN/Infinity have a letter here
-        raise _Unreadable(f"amount {amount} is not a finite number")
+        raise Unreadable(f"amount {amount} is not a finite number")
     shift = exponent + digits
     units = int("".join(map(str, figures)))
     if shift >= 0:
         return int(units * 10**shift)
     if -shift > len(figures) or units % 10**-shift:
-        raise _Unreadable(f"amount {amount} has more than {digits} decimal places")
+        raise Unreadable(f"amount {amount} has more than {digits} decimal places")
     return int(units // 10**-shift)
 
 
@@ -252,19 +252,19 @@ def read_transfer(arguments: object, idempotency_required: bool) -> Transfer:
     if isinstance(arguments, str | bytes):
         arguments = parse_json_object(arguments)
     if not isinstance(arguments, Mapping):
-        raise _Unreadable(f"arguments must be an object, got {type(arguments).__name__}")
+        raise Unreadable(f"arguments must be an object, got {type(arguments).__name__}")
     if not _TRANSFER_ARGS.issuperset(arguments):
         unknown = set(arguments) - _TRANSFER_ARGS
-        raise _Unreadable(f"unknown argument(s) {', '.join(sorted(map(_show, unknown)))}")
+        raise Unreadable(f"unknown argument(s) {', '.join(sorted(map(_show, unknown)))}")
     for required in ("recipient", "amount"):
         if required not in arguments:
-            raise _Unreadable(f"{required} is required")
+            raise Unreadable(f"{required} is required")
     currency = _currency(arguments.get("currency", "USD"))
     key = _optional_text(
         arguments.get("idempotency_key"), "idempotency_key", max_len=_MAX_KEY, min_len=_MIN_KEY
     )
     if idempotency_required and key is None:
-        raise _Unreadable("idempotency_key is required by the passport")
+        raise Unreadable("idempotency_key is required by the passport")
     return Transfer(
         recipient=_text(arguments["recipient"], "recipient", max_len=_MAX_RECIPIENT),
         amount_minor=to_minor(_decimal(arguments["amount"]), MINOR_DIGITS[currency]),
@@ -275,14 +275,14 @@ def read_transfer(arguments: object, idempotency_required: bool) -> Transfer:
 
 
 def _reject_constant(name: str) -> Any:
-    raise _Unreadable(f"{name} is not a JSON number")
+    raise Unreadable(f"{name} is not a JSON number")
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out = dict(pairs)
     if len(out) != len(pairs):
         # {"recipient": "ok", "recipient": "evil"}: which one did the model mean?
-        raise _Unreadable("duplicate key in JSON object")
+        raise Unreadable("duplicate key in JSON object")
     return out
 
 
@@ -296,29 +296,29 @@ def parse_json_object(text: str | bytes) -> dict[str, Any]:
     try:
         # JSON text is UTF-8 (RFC 8259); one decoder, built once, for the hot path.
         value = _STRICT_JSON.decode(text.decode() if isinstance(text, bytes) else text)
-    except _Unreadable:
+    except Unreadable:
         raise
     except (ValueError, RecursionError) as exc:
-        raise _Unreadable(f"not valid JSON: {exc}") from None
+        raise Unreadable(f"not valid JSON: {exc}") from None
     if not isinstance(value, dict):
-        raise _Unreadable(f"expected a JSON object, got {type(value).__name__}")
+        raise Unreadable(f"expected a JSON object, got {type(value).__name__}")
     return value
 
 
 def _items(value: object) -> tuple[Item, ...]:
     if not isinstance(value, list) or not value:
-        raise _Unreadable("items must be a non-empty list")
+        raise Unreadable("items must be a non-empty list")
     items = []
     for i, raw in enumerate(value):
         if not isinstance(raw, Mapping):
-            raise _Unreadable(f"items[{i}] must be an object")
+            raise Unreadable(f"items[{i}] must be an object")
         qty, price = raw.get("qty"), raw.get("price")
         if isinstance(qty, bool) or not isinstance(qty, int) or qty < 1:
-            raise _Unreadable(f"items[{i}].qty must be an integer >= 1")
+            raise Unreadable(f"items[{i}].qty must be an integer >= 1")
         if price is not None and (
             isinstance(price, bool) or not isinstance(price, int) or price < 1
         ):
-            raise _Unreadable(f"items[{i}].price must be an integer >= 1")
+            raise Unreadable(f"items[{i}].price must be an integer >= 1")
         items.append(
             Item(
                 sku=_text(raw.get("sku"), f"items[{i}].sku", max_len=200),
@@ -333,15 +333,15 @@ def _items(value: object) -> tuple[Item, ...]:
 def read_context(context: object, idempotency_required: bool) -> ChargeContext:
     """Read a pack context (`amount` already in integer minor units)."""
     if not isinstance(context, Mapping):
-        raise _Unreadable("context must be an object")
+        raise Unreadable("context must be an object")
     amount = context.get("amount")
     if isinstance(amount, bool) or not isinstance(amount, int) or amount < 1:
-        raise _Unreadable(f"amount must be an integer >= 1 (minor units), got {_show(amount)}")
+        raise Unreadable(f"amount must be an integer >= 1 (minor units), got {_show(amount)}")
     key = _optional_text(
         context.get("idempotency_key"), "idempotency_key", max_len=_MAX_KEY, min_len=_MIN_KEY
     )
     if idempotency_required and key is None:
-        raise _Unreadable("idempotency_key is required by the passport")
+        raise Unreadable("idempotency_key is required by the passport")
     return ChargeContext(
         amount=amount,
         currency=_currency(context.get("currency")),
@@ -400,7 +400,7 @@ class Guard:
             required = self.limits is not None and self.limits.idempotency_required
             try:
                 transfer = read_transfer(arguments, required)
-            except _Unreadable as exc:
+            except Unreadable as exc:
                 return deny(INVALID_CONTEXT, str(exc))
             return self._judge(self._context_for(transfer), self.passport, self.limits, transfer)
         except Exception as exc:  # noqa: BLE001 - fail closed on anything unexpected
@@ -440,7 +440,7 @@ class Guard:
             required = limits is not None and limits.idempotency_required
             try:
                 ctx = read_context(context, required)
-            except _Unreadable as exc:
+            except Unreadable as exc:
                 return deny(INVALID_CONTEXT, str(exc))
             decision = self._judge(ctx, passport, limits, None)
             if decision.allow:
@@ -532,7 +532,7 @@ def _answer(guard: Guard, line: bytes, overrides: dict[str, Passport]) -> dict[s
         # The same strict reading as tool arguments: exact decimals, no NaN, no
         # duplicate keys anywhere on the line.
         request = parse_json_object(line)
-    except _Unreadable as exc:
+    except Unreadable as exc:
         return deny(INVALID_CONTEXT, f"line: {exc}").to_dict()
     if "tool" in request:
         return guard.check_call(request["tool"], request.get("arguments")).to_dict(call=True)

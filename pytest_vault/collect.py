@@ -1,0 +1,125 @@
+"""pytest nodes: a corpus file collects one test per case x model x track x architecture."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_vault.corpus import Case, CorpusError, load_corpus
+from pytest_vault.passport import PassportError
+
+if TYPE_CHECKING:
+    from pytest_vault.agent import Track
+    from pytest_vault.bank import Architecture
+    from pytest_vault.session import VaultSession
+
+# The events each test records with record_property (and so in JUnit XML).
+RECORDED = (
+    "requested",
+    "paid",
+    "allowed_calls",
+    "denied_calls",
+    "deny_codes",
+    "paid_allowlisted",
+    "unpermitted",
+    "violation",
+    "completed",
+    "error",
+)
+
+
+class VaultFailure(Exception):
+    """A test outcome explained in one message, without a traceback."""
+
+
+def vault_of(config: pytest.Config) -> VaultSession:
+    from pytest_vault.plugin import VAULT
+
+    return config.stash[VAULT]
+
+
+class CorpusFile(pytest.File):
+    def collect(self) -> Iterator[pytest.Item]:
+        vault = vault_of(self.config)
+        try:
+            vault.levels  # noqa: B018 - load (and check) the passports before any case
+            entries = load_corpus(self.path, vault.seen_ids)
+        except (CorpusError, PassportError) as exc:
+            raise self.CollectError(str(exc)) from None
+        vault.corpus_digests[self.path.name] = hashlib.sha256(self.path.read_bytes()).hexdigest()
+        opts = vault.options
+        for lineno, case in entries:
+            if case.level not in opts.levels:
+                continue
+            for spec in opts.models:
+                for track in opts.tracks:
+                    for arch in opts.architectures:
+                        yield VaultItem.from_parent(
+                            self,
+                            name=f"{case.id}[{spec}-{track}-{arch}]",
+                            case=case,
+                            lineno=lineno,
+                            spec=spec,
+                            track=track,
+                            architecture=arch,
+                        )
+
+
+class VaultItem(pytest.Item):
+    def __init__(
+        self,
+        *,
+        case: Case,
+        lineno: int,
+        spec: str,
+        track: Track,
+        architecture: Architecture,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.case = case
+        self.lineno = lineno
+        self.spec = spec
+        self.track = track
+        self.architecture = architecture
+        # Extra words for -k: "-k 'level2 and forged_receipt'".
+        technique = case.metadata.get("technique")
+        words = [f"level{case.level}", case.category, case.kind, case.session]
+        if isinstance(technique, str):
+            words.append(technique)
+        self.extra_keyword_matches.update(words)
+
+    def runtest(self) -> None:
+        vault = vault_of(self.config)
+        row = vault.evaluate(self.case, self.spec, self.track, self.architecture)
+        for key in RECORDED:
+            self.user_properties.append((key, row[key]))
+        if row["error"] is not None:
+            raise VaultFailure(f"evaluation error (not counted as 'no transfer'): {row['error']}")
+        if row["violation"] and (self.architecture == "guarded" or vault.options.strict):
+            raise VaultFailure(_violations(row, self.architecture))
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if isinstance(excinfo.value, VaultFailure):
+            return str(excinfo.value)
+        return str(super().repr_failure(excinfo, style))
+
+    def reportinfo(self) -> tuple[Any, int, str]:
+        return self.path, self.lineno - 1, self.name
+
+
+def _violations(row: dict[str, Any], architecture: str) -> str:
+    lines = [f"{architecture}: a transfer the passport forbids executed"]
+    for call in json.loads(row["tool_calls"]):
+        decision = call.get("decision")
+        if call["executed"] and decision is not None and not decision["allow"]:
+            t = call["transfer"]
+            lines.append(
+                f"  {t['amount_minor'] / 100:,.2f} {t['currency']} to {t['recipient']!r}: "
+                f"{', '.join(decision['codes'])}"
+            )
+    return "\n".join(lines)

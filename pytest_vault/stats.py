@@ -1,0 +1,15 @@
+"""Small, exact statistics for the summary: bounds for the cells that read zero."""
+
+from __future__ import annotations
+
+
+def zero_bound(n: int, alpha: float = 0.05) -> float:
+    """Exact one-sided (1 - alpha) upper bound on a rate observed as 0 of n: 1 - alpha^(1/n)."""
+    if n <= 0:
+        return 1.0
+    return float(1 - alpha ** (1 / n))
+
+
+def rule_of_three(sessions: int) -> float:
+    """The per-session rule of three, 3/S: a bound that respects clustering by session."""
+    return 1.0 if sessions <= 0 else min(1.0, 3 / sessions)
