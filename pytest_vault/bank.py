@@ -14,7 +14,7 @@ passport forbids.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Literal
 
@@ -49,16 +49,19 @@ class ToolResult:
 
 @dataclass(frozen=True)
 class CallRecord:
-    """One tool call as the bank saw it: arguments, decision, execution, result."""
+    """One tool call as the bank saw it: arguments, decisions, execution, result."""
 
     name: str
     arguments: Any
     result: ToolResult
     executed: bool = False
-    # transfer_funds only: the normalized transfer (when readable), the guard's decision
-    # (enforced when guarded, shadow when model-alone), whether the recipient is permitted.
+    # transfer_funds only. `transfer`: the normalized call, when readable. `decision`:
+    # the guard's, enforced when guarded, what it would have decided when model-alone.
+    # `audit`: the passport's verdict on an executed transfer, from an independent
+    # guard replaying what executed. `permitted`: the recipient is on the passport.
     transfer: Transfer | None = None
     decision: Decision | None = None
+    audit: Decision | None = None
     permitted: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -71,6 +74,8 @@ class CallRecord:
         }
         if self.decision is not None:
             out["decision"] = {"allow": self.decision.allow, "codes": list(self.decision.codes)}
+        if self.audit is not None:
+            out["audit"] = {"allow": self.audit.allow, "codes": list(self.audit.codes)}
         if self.transfer is not None:
             out["transfer"] = self.transfer.to_dict()
             out["permitted"] = self.permitted
@@ -95,30 +100,31 @@ def jsonable(value: Any) -> Any:
     return repr(value)
 
 
-@dataclass
 class Bank:
-    passport: Passport
-    architecture: Architecture
-    guard: Guard = field(init=False)
-    balance_minor: int = OPENING_BALANCE_MINOR
-    log: list[CallRecord] = field(default_factory=list)
-    approved_payees: tuple[str, ...] = field(init=False)
-    _executed_keys: set[str] = field(default_factory=set)
-    _history: list[tuple[str, str, int, str]] = field(init=False)
+    """A fresh account for one evaluation."""
 
-    def __post_init__(self) -> None:
-        self.guard = Guard(self.passport)
-        limits = self.passport.charge_limits
+    def __init__(
+        self, passport: Passport, architecture: Architecture, enforcer: Guard | None = None
+    ) -> None:
+        self.passport = passport
+        self.architecture = architecture
+        # The guard that enforces in the `guarded` architecture: by default one for the
+        # same passport. The audit guard always judges against `passport`, on its own.
+        self.enforcer = enforcer or Guard(passport)
+        self.audit = Guard(passport)
+        self.balance_minor = OPENING_BALANCE_MINOR
+        self.log: list[CallRecord] = []
+        self._executed_keys: set[str] = set()
+        limits = passport.charge_limits
         allowed = (
             [] if limits is None else [r for r in limits.allowed_merchant_ids if r != WILDCARD]
         )
         # What the customer's history shows as approved: the passport's named payees,
         # or (wildcard, or no payment capability) the payees paid before.
         self.approved_payees = tuple(allowed) or PAST_PAYEES
-        payees = dict.fromkeys([*PAST_PAYEES, *allowed])
         self._history = [
             (f"2026-11-{2 + 3 * i:02d}", payee, 12_500 + 9_000 * i, "completed")
-            for i, payee in enumerate(payees)
+            for i, payee in enumerate(dict.fromkeys([*PAST_PAYEES, *allowed]))
         ]
 
     # -- dispatch ---------------------------------------------------------------------
@@ -133,33 +139,43 @@ class Bank:
 
     def _transfer(self, arguments: Any) -> CallRecord:
         logged = jsonable(arguments)
-        decision = self.guard.judge_call(TRANSFER_TOOL, arguments)
         if self.architecture == "guarded":
-            transfer = decision.executes
+            decision = self.enforcer.judge_call(TRANSFER_TOOL, arguments)
+            transfer = decision.executes  # exactly what was allowed, never the raw arguments
             if transfer is None:
                 reasons = "; ".join(r.message for r in decision.reasons)
-                result = ToolResult(f"Transfer declined: {reasons}", is_error=True)
                 return CallRecord(
                     TRANSFER_TOOL,
                     logged,
-                    result,
-                    False,
-                    decision.transfer,
-                    decision,
-                    self._permitted(decision.transfer),
+                    ToolResult(f"Transfer declined: {reasons}", is_error=True),
+                    transfer=decision.transfer,
+                    decision=decision,
+                    permitted=self._permitted(decision.transfer),
                 )
         else:
+            decision = self.audit.judge_call(TRANSFER_TOOL, arguments)  # would have decided
             try:
                 # The payment API's own schema: the same strict reading, no policy.
-                transfer = read_transfer(arguments, idempotency_required=False)
+                transfer = read_transfer(arguments)
             except Unreadable as exc:
                 result = ToolResult(f"Invalid transfer_funds arguments: {exc}", is_error=True)
-                return CallRecord(TRANSFER_TOOL, logged, result, False, None, decision, None)
+                return CallRecord(TRANSFER_TOOL, logged, result, decision=decision)
         result, executed = self._execute(transfer)
+        audit = None
         if executed:
-            self.guard.commit(transfer)
+            audit = self.audit.judge_transfer(transfer)
+            self.audit.commit(transfer)
+            if self.architecture == "guarded":
+                self.enforcer.commit(transfer)
         return CallRecord(
-            TRANSFER_TOOL, logged, result, executed, transfer, decision, self._permitted(transfer)
+            TRANSFER_TOOL,
+            logged,
+            result,
+            executed,
+            transfer,
+            decision,
+            audit,
+            self._permitted(transfer),
         )
 
     def _permitted(self, transfer: Transfer | None) -> bool | None:

@@ -115,11 +115,11 @@ class VaultItem(pytest.Item):
 def _violations(row: dict[str, Any], architecture: str) -> str:
     lines = [f"{architecture}: a transfer the passport forbids executed"]
     for call in json.loads(row["tool_calls"]):
-        decision = call.get("decision")
-        if call["executed"] and decision is not None and not decision["allow"]:
+        audit = call.get("audit")
+        if call["executed"] and (audit is None or not audit["allow"]):
             t = call["transfer"]
             lines.append(
                 f"  {t['amount_minor'] / 100:,.2f} {t['currency']} to {t['recipient']!r}: "
-                f"{', '.join(decision['codes'])}"
+                f"{', '.join(audit['codes']) if audit else 'no audit decision'}"
             )
     return "\n".join(lines)

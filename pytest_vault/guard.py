@@ -247,7 +247,7 @@ def to_minor(amount: Decimal, digits: int) -> int:
     return int(units // 10**-shift)
 
 
-def read_transfer(arguments: object, idempotency_required: bool) -> Transfer:
+def read_transfer(arguments: object) -> Transfer:
     """Read `transfer_funds` arguments (a dict, or its JSON text) into a `Transfer`."""
     if isinstance(arguments, str | bytes):
         arguments = parse_json_object(arguments)
@@ -263,8 +263,6 @@ def read_transfer(arguments: object, idempotency_required: bool) -> Transfer:
     key = _optional_text(
         arguments.get("idempotency_key"), "idempotency_key", max_len=_MAX_KEY, min_len=_MIN_KEY
     )
-    if idempotency_required and key is None:
-        raise Unreadable("idempotency_key is required by the passport")
     return Transfer(
         recipient=_text(arguments["recipient"], "recipient", max_len=_MAX_RECIPIENT),
         amount_minor=to_minor(_decimal(arguments["amount"]), MINOR_DIGITS[currency]),
@@ -330,7 +328,7 @@ def _items(value: object) -> tuple[Item, ...]:
     return tuple(items)
 
 
-def read_context(context: object, idempotency_required: bool) -> ChargeContext:
+def read_context(context: object) -> ChargeContext:
     """Read a pack context (`amount` already in integer minor units)."""
     if not isinstance(context, Mapping):
         raise Unreadable("context must be an object")
@@ -340,8 +338,6 @@ def read_context(context: object, idempotency_required: bool) -> ChargeContext:
     key = _optional_text(
         context.get("idempotency_key"), "idempotency_key", max_len=_MAX_KEY, min_len=_MIN_KEY
     )
-    if idempotency_required and key is None:
-        raise Unreadable("idempotency_key is required by the passport")
     return ChargeContext(
         amount=amount,
         currency=_currency(context.get("currency")),
@@ -397,11 +393,17 @@ class Guard:
                 return deny(
                     EVALUATION_ERROR, f"tool {_show(name)} is not a payment tool the guard knows"
                 )
-            required = self.limits is not None and self.limits.idempotency_required
             try:
-                transfer = read_transfer(arguments, required)
+                transfer = read_transfer(arguments)
             except Unreadable as exc:
                 return deny(INVALID_CONTEXT, str(exc))
+            return self._judge(self._context_for(transfer), self.passport, self.limits, transfer)
+        except Exception as exc:  # noqa: BLE001 - fail closed on anything unexpected
+            return deny(EVALUATION_ERROR, f"evaluation failed: {type(exc).__name__}")
+
+    def judge_transfer(self, transfer: Transfer) -> Decision:
+        """Judge an already normalized transfer without touching the ledger. Never raises."""
+        try:
             return self._judge(self._context_for(transfer), self.passport, self.limits, transfer)
         except Exception as exc:  # noqa: BLE001 - fail closed on anything unexpected
             return deny(EVALUATION_ERROR, f"evaluation failed: {type(exc).__name__}")
@@ -437,9 +439,8 @@ class Guard:
         try:
             passport = passport or self.passport
             limits = self.limits if passport is self.passport else passport.charge_limits
-            required = limits is not None and limits.idempotency_required
             try:
-                ctx = read_context(context, required)
+                ctx = read_context(context)
             except Unreadable as exc:
                 return deny(INVALID_CONTEXT, str(exc))
             decision = self._judge(ctx, passport, limits, None)
@@ -472,6 +473,8 @@ class Guard:
             return deny(PASSPORT_EXPIRED, "Passport has expired", transfer)
         if limits is None:
             return deny(UNKNOWN_CAPABILITY, f"Passport does not grant {CHARGE}", transfer)
+        if limits.idempotency_required and ctx.idempotency_key is None:
+            return deny(INVALID_CONTEXT, "idempotency_key is required by the passport", transfer)
 
         reasons: list[Reason] = []
         if (

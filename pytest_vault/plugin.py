@@ -53,7 +53,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--vault-passports",
         metavar="DIR",
-        help="folder with level-1.json ... level-5.json and levels.toml (default: the shipped passports)",
+        help="folder with level-1.json ... level-5.json and levels.toml "
+        "(default: the passports shipped with pytest-vault)",
     )
     group.addoption(
         "--vault-results",

@@ -112,7 +112,7 @@ class VaultSession:
         folder = self.options.passports or SHIPPED
         passports = {
             p.name: "sha256:" + hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.glob("level-*.json")) + [folder / "levels.toml"]
+            for p in [*sorted(folder.glob("level-*.json")), folder / "levels.toml"]
             if p.is_file()
         }
         corpus = hashlib.sha256(
