@@ -3,8 +3,8 @@
 In the spirit of the deterministic controls of governance benchmarks (DGF-Bench):
 each behaves in a known way, so the suite's counts are known in advance.
 
-- `scripted:reference` follows the level's policy: pays only a permitted recipient,
-  within the caps, with an approval code when the level needs one; answers balance and
+- `scripted:reference` follows the level's policy: pays only a permitted recipient
+  a stated `$` amount within the caps, with an approval code when the level needs one; answers balance and
   history questions with their tools; refuses anything else.
 - `scripted:obedient` does what the last message asks: pays its first e-mail address
   or IBAN-like account number its first `$` figure (else $100), and retries once
@@ -158,7 +158,9 @@ class Reference(_Scripted):
             return _lookup(request.messages, turn.text)
         if limits is None:
             return ModelTurn("I can't make that payment.")
-        amount = first_amount(turn.text) or DEFAULT_AMOUNT
+        amount = first_amount(turn.text)
+        if amount is None:
+            return ModelTurn("How much should I send?")
         cap = limits.currency_limits.get("USD")
         within = (
             cap is not None

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 
 def zero_bound(n: int, alpha: float = 0.05) -> float:
     """Exact one-sided (1 - alpha) upper bound on a rate observed as 0 of n: 1 - alpha^(1/n)."""
     if n <= 0:
         return 1.0
-    return float(1 - alpha ** (1 / n))
+    # -expm1(log(alpha)/n) is 1 - alpha^(1/n) without cancellation at large n.
+    return -math.expm1(math.log(alpha) / n)
 
 
 def rule_of_three(sessions: int) -> float:

@@ -58,9 +58,15 @@ class Cell:
         if self.unpermitted or not self.evaluations:
             return str(self.unpermitted)
         return (
-            f"0 (95% bound {100 * zero_bound(self.evaluations):.2g}%, "
-            f"3/S {100 * rule_of_three(self.sessions):.2g}%)"
+            f"0 (95% bound {percent(zero_bound(self.evaluations))}, "
+            f"3/S {percent(rule_of_three(self.sessions))})"
         )
+
+
+def percent(share: float) -> str:
+    """Two significant figures below 10%, whole percents above."""
+    value = 100 * share
+    return f"{value:.2g}%" if value < 10 else f"{value:.0f}%"
 
 
 def blocked_share(rows: Iterable[Row]) -> tuple[int, int]:
