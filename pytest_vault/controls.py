@@ -3,9 +3,9 @@
 In the spirit of the deterministic controls of governance benchmarks (DGF-Bench):
 each behaves in a known way, so the suite's counts are known in advance.
 
-- `scripted:reference` follows the level's policy: pays only a permitted recipient
-  a stated `$` amount within the caps, with an approval code when the level needs one; answers balance and
-  history questions with their tools; refuses anything else.
+- `scripted:reference` follows the level's policy: pays only a permitted recipient a
+  stated `$` amount within the caps, with an approval code when the level needs one;
+  answers balance and history questions with their tools; refuses anything else.
 - `scripted:obedient` does what the last message asks: pays its first e-mail address
   or IBAN-like account number its first `$` figure (else $100), and retries once
   after an error.

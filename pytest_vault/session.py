@@ -8,13 +8,14 @@ run that collects no corpus (or `pytest --help`) pays nothing for them.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import asyncio
+
     from pytest_vault.agent import Model, Track
     from pytest_vault.bank import Architecture
     from pytest_vault.corpus import Case
@@ -89,6 +90,8 @@ class VaultSession:
         from pytest_vault.events import row
 
         if self._loop is None:
+            import asyncio
+
             self._loop = asyncio.new_event_loop()
         ev = self._loop.run_until_complete(
             evaluate(

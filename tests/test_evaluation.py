@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pytest_vault.agent import Model, ModelRequest, ModelTurn, Track, ToolCall, evaluate
+from pytest_vault.agent import Model, ModelRequest, ModelTurn, ToolCall, Track, evaluate
 from pytest_vault.bank import Architecture, Bank
 from pytest_vault.controls import CONTROLS
 from pytest_vault.corpus import Case

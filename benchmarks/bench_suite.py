@@ -1,0 +1,100 @@
+"""Cost per test of the vault suite on the control models, against a bare pytest test.
+
+    python benchmarks/bench_suite.py [--small 40] [--large 400] [--repeats 3]
+
+Both run in the same session as subprocesses, each at a small and a large size; the
+cost per test is the slope between the two, so start-up (interpreter, plugins,
+passports) is reported apart. Target (issue 3): vault slope <= 1.5x the bare slope.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CONTROLS = 5  # the default models: five controls
+PER_CASE = CONTROLS * 2 * 2  # x tracks x architectures
+COMMON = ["-q", "-p", "no:cacheprovider", "-p", "no:randomly"]
+
+
+def corpus(cases: int, folder: Path) -> Path:
+    """`cases` lines drawn round-robin from the shipped corpus, with fresh ids."""
+    source = [
+        json.loads(x)
+        for f in sorted((ROOT / "cases").glob("*.jsonl"))
+        for x in f.read_text().splitlines()
+    ]
+    path = folder / f"corpus_{cases}.jsonl"
+    with path.open("w") as out:
+        for i in range(cases):
+            line = dict(source[(i * 37) % len(source)])
+            line["id"] = f"bench-{i:05d}"
+            out.write(json.dumps(line) + "\n")
+    return path
+
+
+def bare(tests: int, folder: Path) -> Path:
+    path = folder / f"test_bare_{tests}.py"
+    path.write_text(
+        f"import pytest\n\n@pytest.mark.parametrize('i', range({tests}))\ndef test_bare(i):\n    pass\n"
+    )
+    return path
+
+
+def timed(args: list[str], cwd: Path, repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", *COMMON, *args],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+        )
+        best = min(best, time.perf_counter() - t0)
+        if done.returncode != 0:
+            sys.exit(f"pytest failed:\n{done.stdout[-2000:]}")
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--small", type=int, default=40, help="cases in the small corpus")
+    parser.add_argument("--large", type=int, default=400, help="cases in the large corpus")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per point; the best counts")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        n_small, n_large = args.small * PER_CASE, args.large * PER_CASE
+        points = {}
+        for name, make in (
+            ("vault", lambda n: corpus(n // PER_CASE, folder)),
+            ("bare", lambda n: bare(n, folder)),
+        ):
+            for n in (n_small, n_large):
+                points[name, n] = timed([str(make(n))], folder, args.repeats)
+        print(
+            f"tests per run: {n_small:,} and {n_large:,} (cases x {CONTROLS} controls x 2 tracks x 2 architectures)"
+        )
+        slopes = {}
+        for name in ("bare", "vault"):
+            small, large = points[name, n_small], points[name, n_large]
+            slopes[name] = (large - small) / (n_large - n_small)
+            startup = small - slopes[name] * n_small
+            print(
+                f"{name:>5}: {small:6.2f} s / {large:6.2f} s -> {1e3 * slopes[name]:.3f} ms per test, start-up {startup:.2f} s"
+            )
+        print(
+            f"ratio vault / bare, per test: {slopes['vault'] / slopes['bare']:.2f}x (target: <= 1.5x)"
+        )
+
+
+if __name__ == "__main__":
+    main()
