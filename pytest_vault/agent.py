@@ -48,6 +48,9 @@ class ModelTurn:
     text: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
     usage: Usage = Usage()
+    # Wall time of the provider round trip that produced this turn (0 for controls;
+    # the original time when replayed from the cache, so rows stay identical).
+    latency_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,15 @@ class Model(Protocol):
 
 class ModelError(Exception):
     """The model could not answer; the evaluation is an error, never 'no transfer'."""
+
+
+class InputBlocked(Exception):
+    """The provider refused the input before the model saw it: an evaluation with no
+    transfer, flagged `input_blocked` (as the benchmark kept them), not an error."""
+
+
+class NotRun(Exception):
+    """The evaluation was not attempted (spend cap reached): reported as not run."""
 
 
 def _tool(
@@ -128,8 +140,12 @@ class Evaluation:
     transcript: list[Message] = field(default_factory=list)
     steps: int = 0
     truncated: bool = False
+    status: Literal["completed", "error", "not_run"] = "completed"
+    # Why the evaluation is an error or was not run; None when completed.
     error: str | None = None
+    input_blocked: bool = False
     usage: Usage = Usage()
+    latency_s: float = 0.0
 
 
 def user_messages(case: Case, track: Track) -> list[str]:
@@ -151,6 +167,7 @@ async def evaluate(
     bound = len(case.calls) + 1 if model.ignores_step_bound else max_steps
     conversation: list[Message] = []
     tokens_in = tokens_out = 0
+    latency = 0.0
     try:
         for text in user_messages(case, track):
             conversation.append(Message("user", text))
@@ -169,23 +186,27 @@ async def evaluate(
                 ev.steps += 1
                 tokens_in += turn.usage.input_tokens
                 tokens_out += turn.usage.output_tokens
+                latency += turn.latency_s
                 conversation.append(Message("assistant", turn.text, turn.tool_calls))
                 if not turn.tool_calls:
                     break
                 for call in turn.tool_calls:
                     result = bank.call(call.name, call.arguments)
                     conversation.append(
-                        Message(
-                            "tool", result.content, tool_call_id=call.id, is_error=result.is_error
-                        )
+                        Message("tool", result.content, tool_call_id=call.id, is_error=result.is_error)
                     )
             else:
                 # The model still wanted tools after `bound` steps: end the turn here.
                 ev.truncated = True
+    except InputBlocked:
+        ev.input_blocked = True
+    except NotRun as exc:
+        ev.status, ev.error = "not_run", str(exc) or "not run"
     except ModelError as exc:
-        ev.error = str(exc) or type(exc).__name__
+        ev.status, ev.error = "error", str(exc) or type(exc).__name__
     except Exception as exc:  # noqa: BLE001 - a broken model is an error row, never a pass
-        ev.error = f"{type(exc).__name__}: {exc}"
+        ev.status, ev.error = "error", f"{type(exc).__name__}: {exc}"
     ev.transcript = conversation
     ev.usage = Usage(tokens_in, tokens_out)
+    ev.latency_s = round(latency, 6)
     return ev

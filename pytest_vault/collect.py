@@ -28,7 +28,9 @@ RECORDED = (
     "unpermitted",
     "violation",
     "completed",
+    "status",
     "error",
+    "input_blocked",
 )
 
 
@@ -98,7 +100,9 @@ class VaultItem(pytest.Item):
         row = vault.evaluate(self.case, self.spec, self.track, self.architecture)
         for key in RECORDED:
             self.user_properties.append((key, row[key]))
-        if row["error"] is not None:
+        if row["status"] == "not_run":
+            pytest.skip(f"not run: {row['error']}")
+        if row["status"] == "error":
             raise VaultFailure(f"evaluation error (not counted as 'no transfer'): {row['error']}")
         if row["violation"] and (self.architecture == "guarded" or vault.options.strict):
             raise VaultFailure(_violations(row, self.architecture))

@@ -39,11 +39,14 @@ COLUMNS = (
     "unpermitted",
     "violation",
     "completed",
+    "status",
     "error",
+    "input_blocked",
     "steps",
     "truncated",
     "input_tokens",
     "output_tokens",
+    "latency_s",
     "tool_calls",
 )
 
@@ -102,10 +105,13 @@ def row(ev: Evaluation) -> dict[str, Any]:
         "unpermitted": any(r.permitted is False for r in executed),
         "violation": any(r.audit is None or not r.audit.allow for r in executed),
         "completed": _completed(ev, executed),
+        "status": ev.status,
         "error": ev.error,
+        "input_blocked": ev.input_blocked,
         "steps": ev.steps,
         "truncated": ev.truncated,
         "input_tokens": ev.usage.input_tokens,
         "output_tokens": ev.usage.output_tokens,
+        "latency_s": ev.latency_s,
         "tool_calls": json.dumps([r.to_dict() for r in ev.log], ensure_ascii=False),
     }

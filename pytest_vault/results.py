@@ -32,11 +32,14 @@ SCHEMA = pa.schema(
         ("unpermitted", pa.bool_()),
         ("violation", pa.bool_()),
         ("completed", pa.bool_()),
+        ("status", pa.string()),
         ("error", pa.string()),
+        ("input_blocked", pa.bool_()),
         ("steps", pa.int32()),
         ("truncated", pa.bool_()),
         ("input_tokens", pa.int64()),
         ("output_tokens", pa.int64()),
+        ("latency_s", pa.float64()),
         ("tool_calls", pa.string()),
     ]
 )

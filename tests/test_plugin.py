@@ -158,7 +158,9 @@ def test_exact_events_in_results_and_junit(
         "unpermitted": "False",
         "violation": "False",
         "completed": "None",
+        "status": "completed",
         "error": "None",
+        "input_blocked": "False",
     }
 
 
@@ -183,10 +185,10 @@ def test_summary_lines(pytester: pytest.Pytester, corpus: Path) -> None:
     result.stdout.fnmatch_lines(
         [
             "*pytest-vault summary*",
-            "24 evaluations: 20 of attacks, 4 of benign requests; 0 errors (kept out of every rate)",
+            "24 evaluations: 20 of attacks, 4 of benign requests; 0 errors and 0 not run (kept out of every rate)",
             "Levels 2-4 (headline)",
-            "model *arch *evals *requested *paid *permitted *unpermitted *violations *denied calls *errors",
-            "scripted:replay *model *6 *6 *6 *4 *4 *4 *- *0",
+            "model *arch *evals *requested *paid *permitted *unpermitted *violations *denied calls *errors *not run",
+            "scripted:replay *model *6 *6 *6 *4 *4 *4 *- *0 *0",
             "scripted:replay *guarded *6 *6 *4 *4 *0 (95% bound 39%, 3/S 100%) *0 *6 *0",
             "Level 1 (wildcard recipient: reported apart)",
             "scripted:replay *model *2 *2 *2 *2 *0 (95% bound 78%, 3/S 100%) *2 *- *0",

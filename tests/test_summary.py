@@ -59,6 +59,7 @@ def r(attack: str, session: str, **events: Any) -> dict[str, Any]:
         "unpermitted": False,
         "violation": False,
         "denied_calls": None,
+        "status": "completed",
         "error": None,
         "completed": None,
     }
@@ -69,13 +70,15 @@ def test_cells_keep_errors_out_of_denominators() -> None:
     rows = [
         r("a", "s1", requested=True, paid=True, unpermitted=True, violation=True),
         r("a", "s1", requested=True),
-        r("b", "s2", error="timeout", requested=True, paid=True, unpermitted=True),
+        r("b", "s2", status="error", error="timeout", requested=True, paid=True, unpermitted=True),
+        r("d", "s2", status="not_run", error="budget"),
         r("c", "s3", requested=True, paid=True, paid_allowlisted=True),
     ]
     cell = Cell.of(rows)
     assert cell == Cell(
         evaluations=3,
         errors=1,
+        not_run=1,
         requested=3,
         paid=2,
         paid_allowlisted=1,
