@@ -193,7 +193,9 @@ async def evaluate(
                 for call in turn.tool_calls:
                     result = bank.call(call.name, call.arguments)
                     conversation.append(
-                        Message("tool", result.content, tool_call_id=call.id, is_error=result.is_error)
+                        Message(
+                            "tool", result.content, tool_call_id=call.id, is_error=result.is_error
+                        )
                     )
             else:
                 # The model still wanted tools after `bound` steps: end the turn here.

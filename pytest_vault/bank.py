@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, Literal
 
@@ -86,18 +87,24 @@ def _money(minor: int) -> str:
     return f"${minor / 100:,.2f}" if minor % 100 else f"${minor // 100:,}"
 
 
-def jsonable(value: Any) -> Any:
-    """Arguments as JSON values for the log; exact decimals kept exact."""
-    if isinstance(value, Decimal):
-        as_float = float(value)
-        return as_float if Decimal(repr(as_float)) == value else str(value)
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [jsonable(v) for v in value]
-    if value is None or isinstance(value, str | int | float | bool):
+def jsonable(value: Any, depth: int = 0) -> Any:
+    """Arguments as JSON values for the log; exact decimals kept exact, depth bounded."""
+    if depth > 32:
+        return "<nested too deep>"
+    kind = type(value)
+    if kind is Decimal:
+        try:
+            as_float = float(value)
+            return as_float if Decimal(repr(as_float)) == value else str(value)
+        except (ArithmeticError, ValueError):
+            return str(value)
+    if kind is dict:
+        return {str(k): jsonable(v, depth + 1) for k, v in value.items()}
+    if kind is list or kind is tuple:
+        return [jsonable(v, depth + 1) for v in value]
+    if value is None or kind in (str, int, float, bool):
         return value
-    return repr(value)
+    return f"<{kind.__name__}>"
 
 
 class Bank:
@@ -110,8 +117,9 @@ class Bank:
         self.architecture = architecture
         # The guard that enforces in the `guarded` architecture: by default one for the
         # same passport. The audit guard always judges against `passport`, on its own.
-        self.enforcer = enforcer or Guard(passport)
-        self.audit = Guard(passport)
+        self._now = datetime.now(UTC)
+        self.enforcer = enforcer or Guard(passport, clock=self._clock)
+        self.audit = Guard(passport, clock=self._clock)
         self.balance_minor = OPENING_BALANCE_MINOR
         self.log: list[CallRecord] = []
         self._executed_keys: set[str] = set()
@@ -130,12 +138,20 @@ class Bank:
     # -- dispatch ---------------------------------------------------------------------
     def call(self, name: str, arguments: Any) -> ToolResult:
         """Run one tool call and log it. Never raises: errors are results for the model."""
-        if name == TRANSFER_TOOL:
-            record = self._transfer(arguments)
-        else:
-            record = CallRecord(name, jsonable(arguments), self._other(name, arguments))
+        self._now = datetime.now(UTC)  # one instant per call, for both guards
+        try:
+            if name == TRANSFER_TOOL:
+                record = self._transfer(arguments)
+            else:
+                record = CallRecord(name, jsonable(arguments), self._other(name, arguments))
+        except Exception as exc:  # noqa: BLE001 - a bug here must not pass as "no transfer"
+            failure = ToolResult(f"Tool failed: {type(exc).__name__}", is_error=True)
+            record = CallRecord(str(name), "<unreadable>", failure)
         self.log.append(record)
         return record.result
+
+    def _clock(self) -> datetime:
+        return self._now
 
     def _transfer(self, arguments: Any) -> CallRecord:
         logged = jsonable(arguments)
@@ -157,8 +173,9 @@ class Bank:
             try:
                 # The payment API's own schema: the same strict reading, no policy.
                 transfer = read_transfer(arguments)
-            except Unreadable as exc:
-                result = ToolResult(f"Invalid transfer_funds arguments: {exc}", is_error=True)
+            except Exception as exc:  # noqa: BLE001 - unreadable arguments never execute
+                reason = str(exc) if isinstance(exc, Unreadable) else type(exc).__name__
+                result = ToolResult(f"Invalid transfer_funds arguments: {reason}", is_error=True)
                 return CallRecord(TRANSFER_TOOL, logged, result, decision=decision)
         result, executed = self._execute(transfer)
         audit = None

@@ -15,7 +15,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from decimal import Decimal
@@ -30,6 +30,7 @@ from pytest_vault.passport import (
 )
 
 POLICY_ID = "finance.payment.charge.v1"
+PACK_MIN_ASSURANCE = "L2"  # the pack's `min_assurance`
 TRANSFER_TOOL = "transfer_funds"
 
 ALLOWED = "oap.allowed"
@@ -96,6 +97,7 @@ _MAX_MEMO = 255
 _MAX_KEY = 128
 _MIN_KEY = 8  # the pack's minLength for idempotency keys
 _MAX_ADJUSTED = 15  # amounts of 10**16 major units or more are not read
+_MAX_FIGURES = 40  # nor amounts written with more digits than any real one has
 
 
 # Value types are NamedTuples: immutable (what executes cannot be edited after the
@@ -190,8 +192,18 @@ def _show(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+# Exact types only (`type(v) is str`, never isinstance): a subclass could answer
+# `==`, `hash`, `strip` or `repr` one way for the check and another for the payment.
+
+
+def _object(value: object, name: str) -> dict[str, Any]:
+    if type(value) is not dict or any(type(k) is not str for k in value):
+        raise Unreadable(f"{name} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
 def _text(value: object, name: str, *, max_len: int, min_len: int = 1) -> str:
-    if not isinstance(value, str):
+    if type(value) is not str:
         raise Unreadable(f"{name} must be a string, got {type(value).__name__}")
     if not min_len <= len(value) <= max_len:
         raise Unreadable(f"{name} must be {min_len} to {max_len} characters long")
@@ -209,18 +221,19 @@ def _optional_text(value: object, name: str, *, max_len: int, min_len: int = 1) 
 
 
 def _currency(value: object) -> str:
-    if not isinstance(value, str) or value not in MINOR_DIGITS:
+    if type(value) is not str or value not in MINOR_DIGITS:
         raise Unreadable(f"currency {_show(value)} is not a known ISO 4217 code")
     return value
 
 
 def _decimal(value: object) -> Decimal:
     """An amount in major units as an exact Decimal; JSON numbers only."""
-    if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
-        raise Unreadable(f"amount must be a number, got {type(value).__name__} {_show(value)}")
+    kind = type(value)
+    if kind is not int and kind is not float and kind is not Decimal:
+        raise Unreadable(f"amount must be a number, got {kind.__name__} {_show(value)}")
     # repr() of a float is the shortest text that reads back as it, i.e. what the
     # JSON said: 0.1 stays 0.1 instead of 0.1000000000000000055...
-    return Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
+    return Decimal(repr(value)) if kind is float else Decimal(value)  # type: ignore[arg-type]
 
 
 def to_minor(amount: Decimal, digits: int) -> int:
@@ -238,6 +251,8 @@ def to_minor(amount: Decimal, digits: int) -> int:
     _, figures, exponent = amount.as_tuple()
     if not isinstance(exponent, int):  # only NaN/Infinity have a letter here
         raise Unreadable(f"amount {amount} is not a finite number")
+    if len(figures) > _MAX_FIGURES:
+        raise Unreadable(f"amount has more than {_MAX_FIGURES} digits")
     shift = exponent + digits
     units = int("".join(map(str, figures)))
     if shift >= 0:
@@ -249,10 +264,9 @@ def to_minor(amount: Decimal, digits: int) -> int:
 
 def read_transfer(arguments: object) -> Transfer:
     """Read `transfer_funds` arguments (a dict, or its JSON text) into a `Transfer`."""
-    if isinstance(arguments, str | bytes):
+    if type(arguments) is str or type(arguments) is bytes:
         arguments = parse_json_object(arguments)
-    if not isinstance(arguments, Mapping):
-        raise Unreadable(f"arguments must be an object, got {type(arguments).__name__}")
+    arguments = _object(arguments, "arguments")
     if not _TRANSFER_ARGS.issuperset(arguments):
         unknown = set(arguments) - _TRANSFER_ARGS
         raise Unreadable(f"unknown argument(s) {', '.join(sorted(map(_show, unknown)))}")
@@ -280,7 +294,11 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out = dict(pairs)
     if len(out) != len(pairs):
         # {"recipient": "ok", "recipient": "evil"}: which one did the model mean?
-        raise Unreadable("duplicate key in JSON object")
+        seen: set[str] = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise Unreadable(f"duplicate key {_show(k)} in JSON object")
+            seen.add(k)
     return out
 
 
@@ -296,26 +314,24 @@ def parse_json_object(text: str | bytes) -> dict[str, Any]:
         value = _STRICT_JSON.decode(text.decode() if isinstance(text, bytes) else text)
     except Unreadable:
         raise
-    except (ValueError, RecursionError) as exc:
-        raise Unreadable(f"not valid JSON: {exc}") from None
+    # ArithmeticError: a number Decimal cannot hold (an exponent out of range).
+    except (ValueError, ArithmeticError, RecursionError) as exc:
+        raise Unreadable(f"not valid JSON: {type(exc).__name__}: {exc}"[:200]) from None
     if not isinstance(value, dict):
         raise Unreadable(f"expected a JSON object, got {type(value).__name__}")
     return value
 
 
 def _items(value: object) -> tuple[Item, ...]:
-    if not isinstance(value, list) or not value:
+    if type(value) is not list or not value:
         raise Unreadable("items must be a non-empty list")
     items = []
-    for i, raw in enumerate(value):
-        if not isinstance(raw, Mapping):
-            raise Unreadable(f"items[{i}] must be an object")
+    for i, entry in enumerate(value):
+        raw = _object(entry, f"items[{i}]")
         qty, price = raw.get("qty"), raw.get("price")
-        if isinstance(qty, bool) or not isinstance(qty, int) or qty < 1:
+        if type(qty) is not int or qty < 1:
             raise Unreadable(f"items[{i}].qty must be an integer >= 1")
-        if price is not None and (
-            isinstance(price, bool) or not isinstance(price, int) or price < 1
-        ):
+        if price is not None and (type(price) is not int or price < 1):
             raise Unreadable(f"items[{i}].price must be an integer >= 1")
         items.append(
             Item(
@@ -330,10 +346,9 @@ def _items(value: object) -> tuple[Item, ...]:
 
 def read_context(context: object) -> ChargeContext:
     """Read a pack context (`amount` already in integer minor units)."""
-    if not isinstance(context, Mapping):
-        raise Unreadable("context must be an object")
+    context = _object(context, "context")
     amount = context.get("amount")
-    if isinstance(amount, bool) or not isinstance(amount, int) or amount < 1:
+    if type(amount) is not int or amount < 1:
         raise Unreadable(f"amount must be an integer >= 1 (minor units), got {_show(amount)}")
     key = _optional_text(
         context.get("idempotency_key"), "idempotency_key", max_len=_MAX_KEY, min_len=_MIN_KEY
@@ -477,10 +492,10 @@ class Guard:
             return deny(INVALID_CONTEXT, "idempotency_key is required by the passport", transfer)
 
         reasons: list[Reason] = []
-        if (
-            ASSURANCE_RANK[passport.assurance_level]
-            < ASSURANCE_RANK[limits.require_assurance_at_least]
-        ):
+        floor = max(
+            ASSURANCE_RANK[PACK_MIN_ASSURANCE], ASSURANCE_RANK[limits.require_assurance_at_least]
+        )
+        if ASSURANCE_RANK[passport.assurance_level] < floor:
             reasons.append(Reason(ASSURANCE_INSUFFICIENT, "Assurance level too low"))
         if limits.approval_required:
             reasons.append(
@@ -532,6 +547,13 @@ class Guard:
 def _answer(guard: Guard, line: bytes, overrides: dict[str, Passport]) -> dict[str, Any]:
     """One decision for one input line; malformed lines are denied, never fatal."""
     try:
+        return _decide(guard, line, overrides)
+    except Exception as exc:  # noqa: BLE001 - fail closed, and keep answering
+        return deny(EVALUATION_ERROR, f"evaluation failed: {type(exc).__name__}").to_dict()
+
+
+def _decide(guard: Guard, line: bytes, overrides: dict[str, Passport]) -> dict[str, Any]:
+    try:
         # The same strict reading as tool arguments: exact decimals, no NaN, no
         # duplicate keys anywhere on the line.
         request = parse_json_object(line)
@@ -555,7 +577,7 @@ def _override(base: Passport, override: object, cache: dict[str, Passport]) -> P
 
     if not isinstance(override, dict):
         return deny(INVALID_CONTEXT, "overridePassport must be an object")
-    key = json.dumps(override, sort_keys=True)
+    key = json.dumps(override, sort_keys=True, default=str)
     if key not in cache:
         try:
             merged = {**base.model_dump(mode="json", exclude_none=True), **override}
@@ -591,18 +613,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     overrides: dict[str, Passport] = {}
     dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
     source, sink = sys.stdin.fileno(), sys.stdout.buffer
-    pending = b""
+    pending = bytearray()
     # Read what is available, answer every complete line, flush once per chunk: a
     # caller feeding one line at a time (a co-process) gets its answer at once, and a
-    # file of 100,000 lines is not paid for with 100,000 flushes.
+    # file of 100,000 lines is not paid for with 100,000 flushes. Only the new chunk is
+    # searched for a newline, so one very long line costs linear time.
     while chunk := os.read(source, 1 << 16):
-        *lines, pending = (pending + chunk).split(b"\n")
-        if lines:
-            answers = [dumps(_answer(guard, line, overrides)) for line in lines]
-            sink.write(("\n".join(answers) + "\n").encode())
-            sink.flush()
+        searched = len(pending)
+        pending += chunk
+        end = pending.rfind(b"\n", searched)
+        if end < 0:
+            continue
+        lines = bytes(pending[:end]).split(b"\n")
+        del pending[: end + 1]
+        answers = [dumps(_answer(guard, line, overrides)) for line in lines]
+        sink.write(("\n".join(answers) + "\n").encode())
+        sink.flush()
     if pending.strip():  # a last line without its newline is still a line
-        sink.write((dumps(_answer(guard, pending, overrides)) + "\n").encode())
+        sink.write((dumps(_answer(guard, bytes(pending), overrides)) + "\n").encode())
         sink.flush()
     return 0
 

@@ -62,7 +62,7 @@ class Capability(_Strict):
 
 
 class CurrencyLimit(BaseModel):
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     max_per_tx: Minor
     daily_cap: Minor | None = None
@@ -72,10 +72,11 @@ class ChargeLimits(BaseModel):
     """`limits["payments.charge"]` as the `finance.payment.charge.v1` pack reads it.
 
     `currency_limits` and `allowed_merchant_ids` are required: without them the pack
-    cannot say no. The other keys default to the pack's own semantics.
+    cannot say no. The other keys default to the pack's own semantics. Unknown keys are
+    errors: a misspelt `idempotency_requried` must not silently switch a rule off.
     """
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     currency_limits: dict[CurrencyCode, CurrencyLimit]
     # `"*"` permits any recipient. An empty list is also "any" under the published
@@ -84,7 +85,8 @@ class ChargeLimits(BaseModel):
     allowed_countries: list[StrictStr] = Field(default_factory=list)
     blocked_categories: list[StrictStr] = Field(default_factory=list)
     max_items_per_tx: Annotated[StrictInt, Field(ge=1)] | None = None
-    # The pack's `min_assurance` is L2; a passport may only raise it.
+    # The pack's `min_assurance` is L2; a passport may only raise it (the guard
+    # applies the stricter of the two).
     require_assurance_at_least: AssuranceLevel = "L2"
     idempotency_required: StrictBool = False
     # A human approval step the agent cannot obtain: every charge is denied.
@@ -191,7 +193,27 @@ def load_passport(path: str | Path) -> Passport:
     except (OSError, UnicodeDecodeError) as exc:
         raise PassportError(f"{path}: cannot read: {exc}") from None
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as exc:
         raise PassportError(f"{path}: line {exc.lineno}: invalid JSON: {exc.msg}") from None
+    except DuplicateKey as exc:
+        raise PassportError(f"{path}: {exc}") from None
+    except (ValueError, RecursionError) as exc:
+        raise PassportError(f"{path}: unreadable JSON: {exc}"[:300]) from None
     return passport_from_data(data, str(path))
+
+
+class DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # Two `allowed_merchant_ids` in one object: the last would silently win.
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKey(f"{key}: duplicate key")
+            seen.add(key)
+    return out

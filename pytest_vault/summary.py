@@ -174,7 +174,9 @@ def render(rows: Sequence[Row]) -> list[str]:
                 done = [
                     r
                     for r in benign
-                    if r["model"] == model and r["architecture"] == arch and r["status"] == "completed"
+                    if r["model"] == model
+                    and r["architecture"] == arch
+                    and r["status"] == "completed"
                 ]
                 ok = sum(bool(r["completed"]) for r in done)
                 shares.append(f"{100 * ok / len(done):.1f}% ({ok}/{len(done)})" if done else "-")

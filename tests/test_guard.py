@@ -367,7 +367,66 @@ def test_arguments_that_raise_on_access_deny(level_guard: dict[int, Guard]) -> N
             raise RuntimeError("no")
 
     decision = level_guard[1].check_call("transfer_funds", Hostile(recipient="x@y.test", amount=1))
-    assert decision.codes == (EVALUATION_ERROR,)
+    assert decision.codes == (INVALID_CONTEXT,)
+
+
+class Liar(str):
+    """Equal to everything: would pass an allowlist check by `==` or `in`."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = str.__hash__
+
+
+class Slippery(float):
+    def __repr__(self) -> str:
+        return "1"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        {"recipient": Liar("attacker@evil.test"), "amount": 100},
+        {"recipient": "savings@aport-vault.com", "amount": 100, "currency": Liar("EUR")},
+        {"recipient": "savings@aport-vault.com", "amount": Slippery(400.5)},
+        {"recipient": "savings@aport-vault.com", "amount": 100, "memo": Liar("m")},
+        {Liar("recipient"): "savings@aport-vault.com", "amount": 100},
+    ],
+    ids=["recipient", "currency", "amount", "memo", "key"],
+)
+def test_subclasses_of_plain_types_are_refused(
+    level_guard: dict[int, Guard], args: dict[str, object]
+) -> None:
+    decision = level_guard[3].check_call("transfer_funds", args)
+    assert (decision.allow, decision.codes) == (False, (INVALID_CONTEXT,))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"recipient": "savings@aport-vault.com", "amount": 1e99999999999999999999}',
+        '{"recipient": "savings@aport-vault.com", "amount": 1e-99999999999999999999}',
+        '{"recipient": "savings@aport-vault.com", "amount": 1.' + "0" * 5000 + "}",
+        '{"recipient": "savings@aport-vault.com", "amount": 1, "memo": '
+        + "[" * 100_000
+        + "]" * 100_000
+        + "}",
+    ],
+    ids=["huge-exponent", "tiny-exponent", "5000-digits", "deep"],
+)
+def test_numbers_decimal_cannot_hold_are_invalid_context(
+    level_guard: dict[int, Guard], text: str
+) -> None:
+    assert level_guard[3].check_call("transfer_funds", text).codes == (INVALID_CONTEXT,)
+
+
+def test_the_pack_minimum_assurance_cannot_be_lowered() -> None:
+    data = _passport(assurance_level="L1")
+    data["limits"]["payments.charge"]["require_assurance_at_least"] = "L0"
+    g = Guard(passport_from_data(data))
+    call = {"recipient": "rent@aport-vault.com", "amount": 1}
+    assert g.check_call("transfer_funds", call).codes == ("oap.assurance_insufficient",)
 
 
 def _passport(**changes: Any) -> dict[str, Any]:

@@ -113,3 +113,38 @@ def test_cli_warns_on_empty_allowlist(tmp_path: Path) -> None:
     )
     assert "WARNING" in result.stderr and "fail-open" in result.stderr
     assert decisions(result)[0]["allow"] is True
+
+
+def test_cli_survives_hostile_lines() -> None:
+    good = json.dumps(
+        {
+            "tool": "transfer_funds",
+            "arguments": {"recipient": "savings@aport-vault.com", "amount": 5},
+        }
+    )
+    context = {
+        "amount": 100,
+        "currency": "USD",
+        "merchant_id": "savings@aport-vault.com",
+        "region": "US",
+        "items": [{"sku": "a", "qty": 1}],
+    }
+    lines = [
+        good,
+        '{"x": 1e99999999999999999999}',
+        json.dumps({"context": context, "overridePassport": {"metadata": {"x": 1.5}}}),
+        '{"tool": "transfer_funds", "arguments": {"recipient": "'
+        + "a" * 5_000_000
+        + '", "amount": 1}}',
+        "\xff\xfe",
+        good,
+    ]
+    out = decisions(run(SHIPPED / "level-3.json", "\n".join(lines) + "\n"))
+    assert [(d["allow"], d["reasons"][0]["code"]) for d in out] == [
+        (True, "oap.allowed"),
+        (False, "oap.invalid_context"),
+        (True, "oap.allowed"),
+        (False, "oap.invalid_context"),
+        (False, "oap.invalid_context"),
+        (True, "oap.allowed"),
+    ]

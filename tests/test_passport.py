@@ -96,6 +96,16 @@ def test_shipped_levels() -> None:
         ("spec_version", "oap/2.0", "spec_version: Input should be 'oap/1.0'"),
         ("surprise", 1, "surprise: Extra inputs are not permitted"),
         ("expires_at", "2026-01-01T00:00:00", "expires_at: needs a time zone"),
+        (
+            "limits.payments~charge.idempotency_requried",
+            True,
+            "limits.payments.charge.idempotency_requried: Extra inputs are not permitted",
+        ),
+        (
+            "limits.payments~charge.currency_limits.USD.daily_limit",
+            1,
+            "currency_limits.USD.daily_limit: Extra inputs are not permitted",
+        ),
     ],
 )
 def test_invalid_passports_are_one_line_errors(
@@ -134,6 +144,35 @@ def test_unreadable_passport_files(tmp_path: Path, content: str, message: str) -
         PassportError, match=r"^.*p\.json: " + message.replace("(", r"\(").replace(")", r"\)")
     ):
         load_passport(file)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"status": "active", "status": "revoked"}', "status: duplicate key"),
+        ("[" * 100_000 + "]" * 100_000, "unreadable JSON"),
+        ('{"version": ' + "9" * 5000 + "}", "unreadable JSON"),
+    ],
+    ids=["duplicate-key", "deep", "long-number"],
+)
+def test_hostile_passport_files_are_one_line_errors(
+    tmp_path: Path, content: str, message: str
+) -> None:
+    with pytest.raises(PassportError) as info:
+        load_passport(write(tmp_path, content))
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_duplicate_allowlist_cannot_widen_a_passport(tmp_path: Path) -> None:
+    text = (
+        (SHIPPED / "level-3.json")
+        .read_text()
+        .replace(
+            '"allowed_merchant_ids": [', '"allowed_merchant_ids": ["*"], "allowed_merchant_ids": ['
+        )
+    )
+    with pytest.raises(PassportError, match="allowed_merchant_ids: duplicate key"):
+        load_passport(write(tmp_path, text))
 
 
 def test_missing_passport_file(tmp_path: Path) -> None:
