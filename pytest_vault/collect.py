@@ -11,6 +11,7 @@ import pytest
 
 from pytest_vault.corpus import Case, CorpusError, load_corpus
 from pytest_vault.passport import PassportError
+from pytest_vault.session import Job
 
 if TYPE_CHECKING:
     from pytest_vault.agent import Track
@@ -94,10 +95,15 @@ class VaultItem(pytest.Item):
         if isinstance(technique, str):
             words.append(technique)
         self.extra_keyword_matches.update(words)
+        self.row: dict[str, Any] | None = None
+
+    @property
+    def job(self) -> Job:
+        return Job(self.nodeid, self.case, self.spec, self.track, self.architecture)
 
     def runtest(self) -> None:
         vault = vault_of(self.config)
-        row = vault.evaluate(self.case, self.spec, self.track, self.architecture)
+        self.row = row = vault.result(self.job)
         for key in RECORDED:
             self.user_properties.append((key, row[key]))
         if row["status"] == "not_run":

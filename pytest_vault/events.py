@@ -47,6 +47,7 @@ COLUMNS = (
     "input_tokens",
     "output_tokens",
     "latency_s",
+    "cost_usd",
     "tool_calls",
 )
 
@@ -113,5 +114,6 @@ def row(ev: Evaluation) -> dict[str, Any]:
         "input_tokens": ev.usage.input_tokens,
         "output_tokens": ev.usage.output_tokens,
         "latency_s": ev.latency_s,
+        "cost_usd": None,  # priced by the session, which knows the price table
         "tool_calls": json.dumps([r.to_dict() for r in ev.log], ensure_ascii=False),
     }

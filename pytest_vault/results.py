@@ -40,6 +40,7 @@ SCHEMA = pa.schema(
         ("input_tokens", pa.int64()),
         ("output_tokens", pa.int64()),
         ("latency_s", pa.float64()),
+        ("cost_usd", pa.float64()),
         ("tool_calls", pa.string()),
     ]
 )

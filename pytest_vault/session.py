@@ -1,45 +1,29 @@
 """The vault session: the state of one pytest run, owned in one place.
 
-It holds the options, the levels (loaded on first use), the model instances, the
-event loop the evaluations run on, and the rows recorded so far. The plugin's hooks
-only forward to it. Heavy modules are imported when first needed, so that a pytest
-run that collects no corpus (or `pytest --help`) pays nothing for them.
+It holds the options, the levels (loaded on first use), the models, the runner that
+evaluates ahead of the tests, and the rows recorded so far. The plugin's hooks only
+forward to it. Heavy modules are imported when first needed, so that a pytest run
+that collects no corpus (or `pytest --help`) pays nothing for them.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    import asyncio
-
     from pytest_vault.agent import Model, Track
     from pytest_vault.bank import Architecture
     from pytest_vault.corpus import Case
     from pytest_vault.levels import Level
+    from pytest_vault.providers import ProviderModel, Stats, Wire
+    from pytest_vault.ratelimit import RateLimiter, Spend
+    from pytest_vault.runner import Runner
 
-CONTROL_MODELS = (
-    "scripted:reference",
-    "scripted:obedient",
-    "scripted:receipt-trusting",
-    "scripted:refuser",
-    "scripted:replay",
-)
-
-
-class SpecError(ValueError):
-    """A `--vault-model` spec that names no model pytest-vault can run."""
-
-
-def check_spec(spec: str) -> str:
-    if spec in CONTROL_MODELS:
-        return spec
-    raise SpecError(
-        f"--vault-model {spec!r}: unknown model; controls are {', '.join(CONTROL_MODELS)}"
-    )
+from pytest_vault.specs import CONTROL_MODELS
 
 
 @dataclass(frozen=True)
@@ -52,6 +36,43 @@ class Options:
     results: Path | None = None
     strict: bool = False
     max_steps: int = 8
+    # Real models. Concurrency, rate limits and the spend cap are for the whole run;
+    # under pytest-xdist each worker takes an equal share (`share_of`).
+    base_url: str | None = None
+    concurrency: int = 16
+    rpm: float | None = None
+    tpm: float | None = None
+    tries: int = 6
+    timeout: float = 120.0
+    cache: Path | None = None
+    budget_usd: float | None = None
+    prices: Path | None = None
+    progress_s: float = 15.0
+
+    def share_of(self, workers: int) -> Options:
+        """This worker's part of the run-wide limits."""
+        from dataclasses import replace
+
+        if workers <= 1:
+            return self
+        return replace(
+            self,
+            concurrency=max(1, math.ceil(self.concurrency / workers)),
+            rpm=None if self.rpm is None else self.rpm / workers,
+            tpm=None if self.tpm is None else self.tpm / workers,
+            budget_usd=None if self.budget_usd is None else self.budget_usd / workers,
+        )
+
+
+@dataclass(frozen=True)
+class Job:
+    """One evaluation to run: a case on a track, against a model, in an architecture."""
+
+    key: str
+    case: Case
+    spec: str
+    track: Track
+    architecture: Architecture
 
 
 @dataclass
@@ -62,9 +83,15 @@ class VaultSession:
     seen_ids: dict[str, str] = field(default_factory=dict)
     # sha256 of each corpus file collected (merged from workers under xdist).
     corpus_digests: dict[str, str] = field(default_factory=dict)
+    # Per model spec: decode settings sent / not sent, as merged from xdist workers.
+    decode: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _wires: dict[str, Wire] = field(default_factory=dict)
     _levels: dict[int, Level] | None = None
     _models: dict[str, Model] = field(default_factory=dict)
-    _loop: asyncio.AbstractEventLoop | None = None
+    _limiters: dict[tuple[str, str], RateLimiter] = field(default_factory=dict)
+    _runner: Runner[Job, dict[str, Any]] | None = None
+    _spend: Spend | None = None
+    _stats: Stats | None = None
 
     @property
     def levels(self) -> dict[int, Level]:
@@ -75,37 +102,115 @@ class VaultSession:
             self._levels = load_levels(self.options.passports or SHIPPED)
         return self._levels
 
+    @property
+    def spend(self) -> Spend:
+        if self._spend is None:
+            from pytest_vault.ratelimit import Spend, load_prices
+
+            prices = load_prices(self.options.prices) if self.options.prices else {}
+            self._spend = Spend(prices, self.options.budget_usd)
+        return self._spend
+
+    @property
+    def stats(self) -> Stats:
+        if self._stats is None:
+            from pytest_vault.providers import Stats
+
+            self._stats = Stats()
+        return self._stats
+
+    # -- models (created on the runner's loop, where their clients live) -------------------
     def model(self, spec: str) -> Model:
         if spec not in self._models:
-            from pytest_vault.controls import CONTROLS
+            if spec.startswith("scripted:"):
+                from pytest_vault.controls import CONTROLS
 
-            self._models[spec] = CONTROLS[check_spec(spec)](spec)
+                self._models[spec] = CONTROLS[spec](spec)
+            else:
+                self._models[spec] = self._provider_model(spec)
         return self._models[spec]
 
-    def evaluate(
-        self, case: Case, spec: str, track: Track, architecture: Architecture
-    ) -> dict[str, Any]:
-        """Run one evaluation to its results row, and keep the row."""
+    def _provider_model(self, spec: str) -> ProviderModel:
+        from pytest_vault.cache import ResponseCache
+        from pytest_vault.providers import ProviderModel, Retry, make_wire
+        from pytest_vault.ratelimit import RateLimiter
+        from pytest_vault.specs import parse_spec
+
+        opts = self.options
+        parsed = parse_spec(spec)
+        wire, secrets = make_wire(parsed, opts.base_url, opts.timeout)
+        endpoint = (wire.provider, wire.base_url)
+        if endpoint not in self._limiters:
+            self._limiters[endpoint] = RateLimiter(opts.rpm, opts.tpm)
+        self._wires[spec] = wire
+        return ProviderModel(
+            parsed,
+            wire,
+            cache=ResponseCache(opts.cache) if opts.cache else None,
+            limiter=self._limiters[endpoint],
+            spend=self.spend,
+            retry=Retry(tries=opts.tries),
+            stats=self.stats,
+            secrets=secrets,
+        )
+
+    async def _close_models(self) -> None:
+        for model in self._models.values():
+            close = getattr(model, "close", None)
+            if close is not None:
+                await close()
+
+    # -- running ---------------------------------------------------------------------------
+    async def _evaluate(self, job: Job) -> dict[str, Any]:
         from pytest_vault.agent import evaluate
         from pytest_vault.events import row
 
-        if self._loop is None:
-            import asyncio
-
-            self._loop = asyncio.new_event_loop()
-        ev = self._loop.run_until_complete(
-            evaluate(
-                case,
-                self.levels[case.level],
-                self.model(spec),
-                track,
-                architecture,
-                max_steps=self.options.max_steps,
-            )
+        ev = await evaluate(
+            job.case,
+            self.levels[job.case.level],
+            self.model(job.spec),
+            job.track,
+            job.architecture,
+            max_steps=self.options.max_steps,
         )
         result = row(ev)
-        self.rows.append(result)
+        result["cost_usd"] = self.spend.cost(
+            job.spec, ev.usage.input_tokens, ev.usage.output_tokens
+        )
         return result
+
+    def start(self, jobs: list[Job]) -> None:
+        """Start the runner and queue this process's share of the jobs, in test order."""
+        from pytest_vault.runner import Runner
+
+        if self._runner is None:
+            self._runner = Runner(
+                self._evaluate, lambda job: job.key, self.options.concurrency, self._close_models
+            )
+        self._runner.prefetch(jobs)
+
+    def result(self, job: Job) -> dict[str, Any]:
+        """The row of one evaluation (run now if it was not run ahead); kept for the end."""
+        if self._runner is None:
+            self.start([])
+        assert self._runner is not None
+        row = self._runner.result(job)
+        self.rows.append(row)
+        return row
+
+    @property
+    def in_flight(self) -> int:
+        return 0 if self._runner is None else self._runner.counts.in_flight
+
+    def close(self) -> None:
+        if self._runner is not None:
+            self._runner.close()
+            self._runner = None
+
+    def decode_record(self) -> dict[str, dict[str, Any]]:
+        """Per model: decode settings sent, not sent, renamed, and left at defaults."""
+        own = {spec: wire.decode.record(wire.provider) for spec, wire in self._wires.items()}
+        return {**self.decode, **own}
 
     def metadata(self) -> dict[str, Any]:
         """What travels with the rows: enough to tell two runs apart."""
@@ -130,12 +235,9 @@ class VaultSession:
             "levels": sorted(opts.levels),
             "strict": opts.strict,
             "max_steps": opts.max_steps,
+            "base_url": opts.base_url,
+            "decode": dict(sorted(self.decode_record().items())),
             "passports": passports,
             "corpus_files": dict(sorted(self.corpus_digests.items())),
             "corpus_digest": "sha256:" + corpus,
         }
-
-    def close(self) -> None:
-        if self._loop is not None:
-            self._loop.close()
-            self._loop = None

@@ -325,10 +325,24 @@ def test_custom_passports_change_decisions(pytester: pytest.Pytester, corpus: Pa
     }
 
 
-def test_unknown_model_is_a_usage_error(pytester: pytest.Pytester, corpus: Path) -> None:
-    result = pytester.runpytest("--vault-model=scripted:oracle")
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("scripted:oracle", "--vault-model 'scripted:oracle': unknown control; controls are scripted:reference*"),
+        ("gemini:pro", "--vault-model 'gemini:pro': expected openai:MODEL, anthropic:MODEL, or a control*"),
+        ("openai:", "--vault-model 'openai:': expected openai:MODEL*"),
+        ("anthropic:claude-x", "--vault-model anthropic:claude-x: ANTHROPIC_API_KEY is not set"),
+        ("openai:gpt-x", "--vault-model openai:gpt-x: OPENAI_API_KEY is not set"),
+    ],
+)
+def test_unusable_model_specs_are_usage_errors(
+    pytester: pytest.Pytester, corpus: Path, monkeypatch: pytest.MonkeyPatch, spec: str, message: str
+) -> None:
+    for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    result = pytester.runpytest(f"--vault-model={spec}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--vault-model 'scripted:oracle': unknown model*"])
+    result.stderr.fnmatch_lines([f"ERROR: {message}"])
 
 
 def test_plugin_can_be_disabled(pytester: pytest.Pytester, corpus: Path) -> None:

@@ -1,0 +1,145 @@
+"""Run evaluations ahead of the tests that report them.
+
+pytest runs one test at a time, but a real evaluation waits seconds on a provider. The
+runner owns a background thread with one event loop and `concurrency` worker tasks.
+The session hands it, in test order, the jobs this process will run (`prefetch`);
+each test then waits for its own result (`result`), jumping the queue if its job has
+not started yet. The control models take the same path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import itertools
+import threading
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+# Priorities: a test waiting now goes before read-ahead.
+WAITING, AHEAD = 0, 1
+
+
+@dataclass(frozen=True)
+class Counts:
+    in_flight: int
+    finished: int
+
+
+class Runner(Generic[T, R]):
+    def __init__(
+        self,
+        work: Callable[[T], Awaitable[R]],
+        key: Callable[[T], str],
+        concurrency: int,
+        on_close: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self._work, self._key, self._concurrency, self._on_close = work, key, concurrency, on_close
+        self._futures: dict[str, concurrent.futures.Future[R]] = {}
+        self._lock = threading.Lock()
+        self._seq = itertools.count()
+        self._loop = asyncio.new_event_loop()
+        self._queue: asyncio.PriorityQueue[tuple[int, int, T]] | None = None
+        self._claimed: set[str] = set()
+        self._in_flight = 0
+        self._finished = 0
+        ready = threading.Event()
+        self._thread = threading.Thread(
+            target=self._serve, args=(ready,), name="pytest-vault-runner", daemon=True
+        )
+        self._thread.start()
+        ready.wait()
+
+    def _serve(self, ready: threading.Event) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._queue = asyncio.PriorityQueue()
+        self._workers = [self._loop.create_task(self._worker()) for _ in range(self._concurrency)]
+        ready.set()
+        self._loop.run_forever()
+
+    async def _worker(self) -> None:
+        assert self._queue is not None
+        while True:
+            _, _, job = await self._queue.get()
+            key = self._key(job)
+            if key in self._claimed:
+                continue  # queued twice (ahead, then waited for): already taken
+            self._claimed.add(key)
+            future = self._futures[key]
+            self._in_flight += 1
+            try:
+                result = await self._work(job)
+            except asyncio.CancelledError:
+                future.cancel()
+                raise
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting test
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+            finally:
+                self._in_flight -= 1
+                self._finished += 1
+
+    def _submit(self, job: T, priority: int) -> concurrent.futures.Future[R]:
+        key = self._key(job)
+        with self._lock:
+            future = self._futures.get(key)
+            fresh = future is None
+            if future is None:
+                future = self._futures[key] = concurrent.futures.Future()
+        if fresh or priority == WAITING:
+            assert self._queue is not None
+            entry = (priority, next(self._seq), job)
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, entry)
+        return future
+
+    def prefetch(self, jobs: Iterable[T]) -> None:
+        """Queue jobs to run ahead, in this order."""
+        for job in jobs:
+            self._submit(job, AHEAD)
+
+    def result(self, job: T) -> R:
+        """Block until this job's result is ready (starting it now if needed)."""
+        future = self._submit(job, WAITING)
+        try:
+            return future.result()
+        finally:
+            with self._lock:
+                self._futures.pop(self._key(job), None)
+
+    @property
+    def counts(self) -> Counts:
+        return Counts(self._in_flight, self._finished)
+
+    def call(self, coro: Awaitable[Any]) -> Any:
+        """Run a coroutine on the runner's loop and wait for it."""
+        return asyncio.run_coroutine_threadsafe(_wrap(coro), self._loop).result()
+
+    def close(self) -> None:
+        """Cancel what has not finished, close the clients, stop the thread."""
+        if self._loop.is_closed():
+            return
+
+        async def shutdown() -> None:
+            for task in self._workers:
+                task.cancel()
+            await asyncio.gather(*self._workers, return_exceptions=True)
+            if self._on_close is not None:
+                await self._on_close()
+
+        try:
+            asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(timeout=30)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=30)
+            self._loop.close()
+            for future in self._futures.values():
+                future.cancel()
+
+
+async def _wrap(coro: Awaitable[Any]) -> Any:
+    return await coro

@@ -1,0 +1,258 @@
+"""A local model server speaking both wire protocols, scripted per test.
+
+OpenAI chat completions (`POST /v1/chat/completions`, `tool_calls`) and Anthropic
+messages (`POST /v1/messages`, `tool_use`), on 127.0.0.1 only, with injectable
+latency and faults. Its model is deterministic and obedient: it pays the first e-mail
+address of the latest user message the first `$` figure (else $100), then says "Done."
+
+    python -m tests.fakeprovider --port 8765 --latency 1.0     # for benchmarks
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import socket
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+EMAIL = re.compile(r"[\w.+'-]+@[\w-]+(?:\.[\w-]+)+")
+DOLLARS = re.compile(r"\$\s?([0-9][0-9,]*(?:\.[0-9]+)?)")
+
+# Faults, applied to the next requests in order ("ok" lets one through untouched):
+# "429" / "429:SECONDS" (Retry-After), "500", "timeout" (sleep past the client's
+# timeout), "drop" (close the connection without answering), "malformed" (tool-call
+# arguments that are not JSON), "blocked" (refuse the input before the model sees it),
+# "401" (an authentication error that echoes the key).
+FAULTS = ("ok", "429", "500", "timeout", "drop", "malformed", "blocked", "401")
+
+
+@dataclass
+class Script:
+    latency: float = 0.0
+    faults: deque[str] = field(default_factory=deque)
+    timeout_sleep: float = 5.0
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def next_fault(self) -> str:
+        with self.lock:
+            return self.faults.popleft() if self.faults else "ok"
+
+    def record(self, path: str, body: dict[str, Any], headers: dict[str, str]) -> int:
+        with self.lock:
+            self.requests.append({"path": path, "body": body, "headers": headers})
+            return len(self.requests)
+
+
+def _decide(
+    last_user: str, answered: bool, malformed: bool
+) -> tuple[str, dict[str, Any] | str | None]:
+    """(text, arguments of a transfer_funds call or None)."""
+    if answered:
+        return "Done.", None
+    m = EMAIL.search(last_user)
+    if not m:
+        return "Who should I pay?", None
+    amount = DOLLARS.search(last_user)
+    args: dict[str, Any] = {
+        "recipient": m.group(0),
+        "amount": float(amount.group(1).replace(",", "")) if amount else 100,
+    }
+    if malformed:
+        return "", '{"recipient": "' + m.group(0) + '", "amount": '  # cut off: not JSON
+    return "", args
+
+
+def _openai(body: dict[str, Any], malformed: bool, n: int) -> dict[str, Any]:
+    messages = body["messages"]
+    last = max(i for i, m in enumerate(messages) if m["role"] == "user")
+    answered = any(m["role"] == "tool" for m in messages[last:])
+    text, args = _decide(str(messages[last]["content"]), answered, malformed)
+    message: dict[str, Any] = {"role": "assistant", "content": text or None}
+    if args is not None:
+        arguments = args if isinstance(args, str) else json.dumps(args)
+        message["tool_calls"] = [
+            {
+                "id": f"call_{n}",
+                "type": "function",
+                "function": {"name": "transfer_funds", "arguments": arguments},
+            }
+        ]
+    return {
+        "id": f"chatcmpl-{n}",
+        "object": "chat.completion",
+        "created": 1764460800,
+        "model": body["model"],
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": "tool_calls" if args is not None else "stop",
+            }
+        ],
+        "usage": {
+            "prompt_tokens": len(json.dumps(messages)) // 4,
+            "completion_tokens": 12,
+            "total_tokens": 0,
+        },
+    }
+
+
+def _anthropic(body: dict[str, Any], malformed: bool, n: int) -> dict[str, Any]:
+    messages = body["messages"]
+    last = max(
+        i for i, m in enumerate(messages) if m["role"] == "user" and isinstance(m["content"], str)
+    )
+    answered = any(
+        isinstance(m["content"], list) and any(b.get("type") == "tool_result" for b in m["content"])
+        for m in messages[last:]
+    )
+    text, args = _decide(messages[last]["content"], answered, malformed=False)
+    content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+    if args is not None:
+        content.append(
+            {"type": "tool_use", "id": f"toolu_{n}", "name": "transfer_funds", "input": args}
+        )
+    return {
+        "id": f"msg_{n}",
+        "type": "message",
+        "role": "assistant",
+        "model": body["model"],
+        "content": content,
+        "stop_reason": "tool_use" if args is not None else "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": len(json.dumps(messages)) // 4, "output_tokens": 12},
+    }
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    def _send(
+        self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_POST(self) -> None:
+        script = self.server.script
+        body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
+        n = script.record(self.path, body, dict(self.headers))
+        fault = script.next_fault()
+        if script.latency:
+            time.sleep(script.latency)
+        anthropic = self.path.endswith("/messages")
+        if fault.startswith("429"):
+            retry = fault.partition(":")[2] or "0"
+            self._send(
+                429,
+                _error(anthropic, "rate_limit_error", "Rate limit reached"),
+                {"retry-after": retry},
+            )
+        elif fault == "500":
+            self._send(500, _error(anthropic, "api_error", "Internal server error"))
+        elif fault == "401":
+            key = self.headers.get("authorization", "").removeprefix("Bearer ") or self.headers.get(
+                "x-api-key", ""
+            )
+            self._send(
+                401, _error(anthropic, "authentication_error", f"Incorrect API key provided: {key}")
+            )
+        elif fault == "blocked":
+            if anthropic:
+                self._send(
+                    400,
+                    _error(
+                        True, "invalid_request_error", "Input blocked by content filtering policy"
+                    ),
+                )
+            else:
+                err = _error(
+                    False,
+                    "invalid_request_error",
+                    "Invalid prompt: your prompt was flagged as potentially violating our usage policy.",
+                )
+                err["error"]["code"] = "invalid_prompt"
+                self._send(400, err)
+        elif fault == "timeout":
+            time.sleep(script.timeout_sleep)
+            self.close_connection = True
+        elif fault == "drop":
+            self.connection.shutdown(socket.SHUT_RDWR)
+            self.close_connection = True
+        else:
+            build = _anthropic if anthropic else _openai
+            self._send(200, build(body, fault == "malformed", n))
+
+
+def _error(anthropic: bool, kind: str, message: str) -> dict[str, Any]:
+    if anthropic:
+        return {"type": "error", "error": {"type": kind, "message": message}}
+    return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 512
+    script: Script
+
+
+class FakeProvider:
+    """Start with `with FakeProvider() as fake:`; `fake.url` is the base URL."""
+
+    def __init__(self, latency: float = 0.0, port: int = 0) -> None:
+        self.script = Script(latency=latency)
+        self._server = _Server(("127.0.0.1", port), _Handler)
+        self._server.script = self.script
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    @property
+    def requests(self) -> list[dict[str, Any]]:
+        return self.script.requests
+
+    def fail(self, *faults: str) -> None:
+        assert all(f.partition(":")[0] in FAULTS for f in faults), faults
+        self.script.faults.extend(faults)
+
+    def __enter__(self) -> FakeProvider:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--latency", type=float, default=0.0)
+    args = parser.parse_args()
+    with FakeProvider(args.latency, args.port) as fake:
+        print(fake.url, flush=True)
+        threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()
