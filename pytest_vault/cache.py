@@ -3,16 +3,21 @@
 A rerun replays every response it has, so a finished run makes no request, and a run
 killed at any moment resumes from its last answered request. Files are written to a
 temporary name and renamed into place, so a reader never sees half a file and
-concurrent writers (xdist workers) cannot corrupt one another. Only responses are
-stored: never keys, never headers.
+concurrent writers (xdist workers) cannot corrupt one another. `fill` asks at most
+once per key across processes: whoever holds the key's lock file asks, the others wait
+for the answer (a lock dies with its process, so a killed run leaves none behind).
+Only responses are stored: never keys, never headers.
 """
 
 from __future__ import annotations
 
+import asyncio
+import fcntl
 import hashlib
 import json
 import os
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,3 +55,29 @@ class ResponseCache:
             f.flush()
             os.fsync(f.fileno())
         os.replace(partial, path)
+
+    async def fill(
+        self, key: str, ask: Callable[[], Awaitable[dict[str, Any]]], poll: float = 0.02
+    ) -> tuple[dict[str, Any], bool]:
+        """The cached answer for `key` (and True), or `ask()`'s, stored (and False)."""
+        if (hit := self.get(key)) is not None:
+            return hit, True
+        lock_path = self._path(key).with_suffix(".lock")
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        with lock_path.open("a") as lock:
+            while True:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:  # another process is asking: wait for its answer
+                    await asyncio.sleep(poll)
+                    if (hit := self.get(key)) is not None:
+                        return hit, True
+            try:
+                if (hit := self.get(key)) is not None:
+                    return hit, True
+                answer = await ask()
+                self.put(key, answer)
+                return answer, False
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)

@@ -52,19 +52,27 @@ def redact(text: str, secrets: list[str]) -> str:
     return _SECRET_SHAPES.sub("[redacted]", text)
 
 
+REQUESTED = ("max_tokens", "temperature")  # the level's decode settings
+
+
 @dataclass
 class Decode:
-    """What the suite asked for and what the provider was actually sent."""
+    """Which of the level's decode settings the provider was sent, and under what name.
 
-    sent: set[str] = field(default_factory=set)
-    not_sent: set[str] = field(default_factory=set)
-    renamed: dict[str, str] = field(default_factory=dict)
+    Noted from every answer used (cached ones carry theirs), so a rerun from the cache
+    records exactly what the original run sent.
+    """
+
+    sent: dict[str, str] = field(default_factory=dict)
+
+    def note(self, settings: dict[str, str]) -> None:
+        self.sent.update(settings)
 
     def record(self, provider: str) -> dict[str, Any]:
         return {
             "sent": sorted(self.sent),
-            "not_sent": sorted(self.not_sent),
-            "renamed": dict(sorted(self.renamed.items())),
+            "not_sent": sorted(set(REQUESTED) - set(self.sent)),
+            "renamed": {k: v for k, v in sorted(self.sent.items()) if k != v},
             "not_normalized": NOT_NORMALIZED[provider],
         }
 
@@ -74,9 +82,9 @@ class Wire(Protocol):
 
     provider: str
     base_url: str
-    decode: Decode
 
     def body(self, request: ModelRequest, model: str) -> dict[str, Any]: ...
+    def settings(self, body: dict[str, Any]) -> dict[str, str]: ...
     async def send(self, body: dict[str, Any]) -> Any: ...
     def read(self, raw: Any) -> ModelTurn: ...
     def adapt(self, exc: Exception) -> bool: ...
@@ -109,7 +117,6 @@ class OpenAIWire:
             api_key=key, base_url=base_url, max_retries=0, timeout=timeout
         )
         self.base_url = str(self.client.base_url)
-        self.decode = Decode()
         self._drop: set[str] = set()
         self._max_tokens_name = "max_tokens"
 
@@ -142,13 +149,14 @@ class OpenAIWire:
             "max_tokens": request.max_tokens,
         }
 
+    def settings(self, body: dict[str, Any]) -> dict[str, str]:
+        names = {"max_tokens": self._max_tokens_name, "temperature": "temperature"}
+        return {k: names[k] for k in REQUESTED if k in body and k not in self._drop}
+
     async def send(self, body: dict[str, Any]) -> Any:
         sent = {k: v for k, v in body.items() if k not in self._drop}
         if "max_tokens" in sent and self._max_tokens_name != "max_tokens":
             sent[self._max_tokens_name] = sent.pop("max_tokens")
-        self.decode.sent.update(
-            k for k in ("temperature", "max_tokens") if k in body and k not in self._drop
-        )
         return await self.client.chat.completions.create(**sent)
 
     def read(self, raw: Any) -> ModelTurn:
@@ -175,12 +183,9 @@ class OpenAIWire:
         text = str(exc).lower()
         if "temperature" in text and "temperature" not in self._drop:
             self._drop.add("temperature")
-            self.decode.sent.discard("temperature")
-            self.decode.not_sent.add("temperature")
             return True
         if "max_tokens" in text and self._max_tokens_name == "max_tokens":
             self._max_tokens_name = "max_completion_tokens"
-            self.decode.renamed["max_tokens"] = "max_completion_tokens"
             return True
         return False
 
@@ -209,13 +214,10 @@ class AnthropicWire:
             api_key=key, base_url=base_url, max_retries=0, timeout=timeout
         )
         self.base_url = str(self.client.base_url)
-        self.decode = Decode()
         # Newer Messages APIs have no temperature: then it is recorded as not sent.
         self._temperature = (
             "temperature" in inspect.signature(self.client.messages.create).parameters
         )
-        if not self._temperature:
-            self.decode.not_sent.add("temperature")
 
     def body(self, request: ModelRequest, model: str) -> dict[str, Any]:
         messages: list[dict[str, Any]] = []
@@ -272,8 +274,10 @@ class AnthropicWire:
             body["temperature"] = request.temperature
         return body
 
+    def settings(self, body: dict[str, Any]) -> dict[str, str]:
+        return {k: k for k in REQUESTED if k in body}
+
     async def send(self, body: dict[str, Any]) -> Any:
-        self.decode.sent.update(k for k in ("temperature", "max_tokens") if k in body)
         return await self.client.messages.create(**body)
 
     def read(self, raw: Any) -> ModelTurn:
@@ -388,6 +392,8 @@ class ProviderModel:
         self.wire = wire
         self._cache, self._limiter, self._spend = cache, limiter, spend
         self._retry, self._stats, self._secrets, self._sleep = retry, stats, secrets, sleep
+        self._flight = SingleFlight()
+        self.decode = Decode()
 
     async def respond(self, request: ModelRequest) -> ModelTurn:
         body = self.wire.body(request, self._model)
@@ -396,50 +402,50 @@ class ProviderModel:
         key = cache_key(
             {"provider": self.wire.provider, "base_url": self.wire.base_url, "body": body}
         )
-        if self._cache is not None and (hit := self._cache.get(key)) is not None:
-            self._stats.cache_hits += 1
-            return _from_cache(hit)
+        estimate = len(json.dumps(body, default=str)) // 4 + request.max_tokens
+        # One answer per distinct request: evaluations that ask the same thing (the two
+        # architectures' identical first step, say) share it, in this process through
+        # the single flight and across processes through the cache's lock.
+        answer = await self._flight.run(key, lambda: self._answer(body, key, estimate))
+        self.decode.note(answer.get("decode", {}))
+        return _from_cache(answer)
+
+    async def _answer(self, body: dict[str, Any], key: str, estimate: int) -> dict[str, Any]:
+        if self._cache is None:
+            return await self._ask(body, estimate)
+        answer, hit = await self._cache.fill(key, lambda: self._ask(body, estimate))
+        self._stats.cache_hits += hit
+        return answer
+
+    async def _ask(self, body: dict[str, Any], estimate: int) -> dict[str, Any]:
         if self._spend.exhausted:
             raise NotRun(
                 f"spend cap ${self._spend.cap_usd:g} reached before this evaluation finished"
             )
-        estimate = len(json.dumps(body, default=str)) // 4 + request.max_tokens
-        await self._limiter.acquire(estimate)
-        turn = await self._send(body, key)
-        self._limiter.settle(estimate, turn.usage.input_tokens + turn.usage.output_tokens)
+        try:
+            turn = await self._send(body, estimate)
+        except InputBlocked:
+            # A refusal is an answer too: kept, so it is never paid for twice.
+            return {"input_blocked": True, "decode": self.wire.settings(body)}
         self._spend.add(self.spec, turn.usage.input_tokens, turn.usage.output_tokens)
         self._stats.input_tokens += turn.usage.input_tokens
         self._stats.output_tokens += turn.usage.output_tokens
-        if self._cache is not None:
-            self._cache.put(key, _to_cache(turn))
-        return turn
+        return {**_to_cache(turn), "decode": self.wire.settings(body)}
 
-    async def _send(self, body: dict[str, Any], key: str) -> ModelTurn:
+    async def _send(self, body: dict[str, Any], estimate: int) -> ModelTurn:
         attempt = 0
         while True:
+            # Every try, retries included, spends from the request and token budgets.
+            await self._limiter.acquire(estimate)
             started = time.perf_counter()
             try:
                 self._stats.requests += 1
-                raw = await self.wire.send(body)
-                turn = self.wire.read(raw)
-                return ModelTurn(
-                    turn.text, turn.tool_calls, turn.usage, round(time.perf_counter() - started, 6)
-                )
+                turn = self.wire.read(await self.wire.send(body))
             except ModelError:
                 raise
             except Exception as exc:  # noqa: BLE001 - sorted below; nothing passes silently
+                self._limiter.settle(estimate, 0)
                 if self.wire.blocked(exc):
-                    if self._cache is not None:
-                        self._cache.put(
-                            cache_key(
-                                {
-                                    "provider": self.wire.provider,
-                                    "base_url": self.wire.base_url,
-                                    "body": body,
-                                }
-                            ),
-                            {"input_blocked": True},
-                        )
                     raise InputBlocked(self._clean(exc)) from None
                 if self.wire.adapt(exc):
                     continue  # a decode setting was refused: resend without it (recorded)
@@ -450,9 +456,13 @@ class ProviderModel:
                     ) from None
                 asked = retry_after(exc)
                 if asked:
-                    self._limiter.pause(asked)
+                    self._limiter.pause(asked)  # holds the provider's other requests too
                 self._stats.retries += 1
                 await self._sleep(self._retry.delay(attempt, asked))
+                continue
+            self._limiter.settle(estimate, turn.usage.input_tokens + turn.usage.output_tokens)
+            latency = round(time.perf_counter() - started, 6)
+            return ModelTurn(turn.text, turn.tool_calls, turn.usage, latency)
 
     def _describe(self, exc: Exception) -> str:
         status = _status(exc)
@@ -465,6 +475,30 @@ class ProviderModel:
 
     async def close(self) -> None:
         await self.wire.close()
+
+
+class SingleFlight:
+    """Concurrent calls with one key share one result (and one exception)."""
+
+    def __init__(self) -> None:
+        self._flights: dict[str, asyncio.Future[dict[str, Any]]] = {}
+
+    async def run(self, key: str, call: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+        flight = self._flights.get(key)
+        if flight is not None:
+            return await asyncio.shield(flight)
+        flight = self._flights[key] = asyncio.get_running_loop().create_future()
+        try:
+            result = await call()
+        except BaseException as exc:
+            flight.set_exception(exc)
+            flight.exception()  # retrieved: waiters re-raise it, nobody logs it as lost
+            raise
+        else:
+            flight.set_result(result)
+            return result
+        finally:
+            del self._flights[key]
 
 
 def _to_cache(turn: ModelTurn) -> dict[str, Any]:

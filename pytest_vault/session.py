@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from pytest_vault.bank import Architecture
     from pytest_vault.corpus import Case
     from pytest_vault.levels import Level
-    from pytest_vault.providers import ProviderModel, Stats, Wire
+    from pytest_vault.providers import ProviderModel, Stats
     from pytest_vault.ratelimit import RateLimiter, Spend
     from pytest_vault.runner import Runner
 
@@ -85,7 +85,7 @@ class VaultSession:
     corpus_digests: dict[str, str] = field(default_factory=dict)
     # Per model spec: decode settings sent / not sent, as merged from xdist workers.
     decode: dict[str, dict[str, Any]] = field(default_factory=dict)
-    _wires: dict[str, Wire] = field(default_factory=dict)
+    _providers: dict[str, ProviderModel] = field(default_factory=dict)
     _levels: dict[int, Level] | None = None
     _models: dict[str, Model] = field(default_factory=dict)
     _limiters: dict[tuple[str, str], RateLimiter] = field(default_factory=dict)
@@ -142,8 +142,7 @@ class VaultSession:
         endpoint = (wire.provider, wire.base_url)
         if endpoint not in self._limiters:
             self._limiters[endpoint] = RateLimiter(opts.rpm, opts.tpm)
-        self._wires[spec] = wire
-        return ProviderModel(
+        model = self._providers[spec] = ProviderModel(
             parsed,
             wire,
             cache=ResponseCache(opts.cache) if opts.cache else None,
@@ -153,6 +152,7 @@ class VaultSession:
             stats=self.stats,
             secrets=secrets,
         )
+        return model
 
     async def _close_models(self) -> None:
         for model in self._models.values():
@@ -209,7 +209,7 @@ class VaultSession:
 
     def decode_record(self) -> dict[str, dict[str, Any]]:
         """Per model: decode settings sent, not sent, renamed, and left at defaults."""
-        own = {spec: wire.decode.record(wire.provider) for spec, wire in self._wires.items()}
+        own = {spec: m.decode.record(m.wire.provider) for spec, m in self._providers.items()}
         return {**self.decode, **own}
 
     def metadata(self) -> dict[str, Any]:

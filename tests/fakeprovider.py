@@ -11,6 +11,7 @@ address of the latest user message the first `$` figure (else $100), then says "
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import socket
@@ -37,6 +38,8 @@ class Script:
     latency: float = 0.0
     faults: deque[str] = field(default_factory=deque)
     timeout_sleep: float = 5.0
+    # Request fields this server refuses with a 400, as reasoning models do temperature.
+    refuse_fields: set[str] = field(default_factory=set)
     requests: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -69,8 +72,14 @@ def _decide(
     return "", args
 
 
-def _openai(body: dict[str, Any], malformed: bool, n: int) -> dict[str, Any]:
+def _id(messages: list[Any]) -> str:
+    # Derived from the conversation, so the same request always gets the same answer.
+    return hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _openai(body: dict[str, Any], malformed: bool) -> dict[str, Any]:
     messages = body["messages"]
+    n = _id(messages)
     last = max(i for i, m in enumerate(messages) if m["role"] == "user")
     answered = any(m["role"] == "tool" for m in messages[last:])
     text, args = _decide(str(messages[last]["content"]), answered, malformed)
@@ -104,8 +113,9 @@ def _openai(body: dict[str, Any], malformed: bool, n: int) -> dict[str, Any]:
     }
 
 
-def _anthropic(body: dict[str, Any], malformed: bool, n: int) -> dict[str, Any]:
+def _anthropic(body: dict[str, Any], malformed: bool) -> dict[str, Any]:
     messages = body["messages"]
+    n = _id(messages)
     last = max(
         i for i, m in enumerate(messages) if m["role"] == "user" and isinstance(m["content"], str)
     )
@@ -153,12 +163,23 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         script = self.server.script
         body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
-        n = script.record(self.path, body, dict(self.headers))
+        script.record(self.path, body, dict(self.headers))
         fault = script.next_fault()
         if script.latency:
             time.sleep(script.latency)
         anthropic = self.path.endswith("/messages")
-        if fault.startswith("429"):
+        refused = sorted(script.refuse_fields & set(body))
+        if refused:
+            name = refused[0]
+            self._send(
+                400,
+                _error(
+                    anthropic,
+                    "invalid_request_error",
+                    f"Unsupported parameter: '{name}' is not supported with this model.",
+                ),
+            )
+        elif fault.startswith("429"):
             retry = fault.partition(":")[2] or "0"
             self._send(
                 429,
@@ -198,7 +219,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         else:
             build = _anthropic if anthropic else _openai
-            self._send(200, build(body, fault == "malformed", n))
+            self._send(200, build(body, fault == "malformed"))
 
 
 def _error(anthropic: bool, kind: str, message: str) -> dict[str, Any]:
@@ -220,7 +241,9 @@ class FakeProvider:
         self.script = Script(latency=latency)
         self._server = _Server(("127.0.0.1", port), _Handler)
         self._server.script = self.script
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     @property
     def url(self) -> str:

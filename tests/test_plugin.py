@@ -328,15 +328,25 @@ def test_custom_passports_change_decisions(pytester: pytest.Pytester, corpus: Pa
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ("scripted:oracle", "--vault-model 'scripted:oracle': unknown control; controls are scripted:reference*"),
-        ("gemini:pro", "--vault-model 'gemini:pro': expected openai:MODEL, anthropic:MODEL, or a control*"),
+        (
+            "scripted:oracle",
+            "--vault-model 'scripted:oracle': unknown control; controls are scripted:reference*",
+        ),
+        (
+            "gemini:pro",
+            "--vault-model 'gemini:pro': expected openai:MODEL, anthropic:MODEL, or a control*",
+        ),
         ("openai:", "--vault-model 'openai:': expected openai:MODEL*"),
         ("anthropic:claude-x", "--vault-model anthropic:claude-x: ANTHROPIC_API_KEY is not set"),
         ("openai:gpt-x", "--vault-model openai:gpt-x: OPENAI_API_KEY is not set"),
     ],
 )
 def test_unusable_model_specs_are_usage_errors(
-    pytester: pytest.Pytester, corpus: Path, monkeypatch: pytest.MonkeyPatch, spec: str, message: str
+    pytester: pytest.Pytester,
+    corpus: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    spec: str,
+    message: str,
 ) -> None:
     for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL"):
         monkeypatch.delenv(name, raising=False)
