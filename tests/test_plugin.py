@@ -260,7 +260,8 @@ def test_guarded_test_fails_when_a_forbidden_transfer_executes(
         bank.Bank.__init__ = broken
         """
     )
-    result = pytester.runpytest(*REPLAY, "--vault-arch=guarded", "--vault-track=A")
+    # In a subprocess: the conftest patches pytest_vault.bank, which must not leak here.
+    result = pytester.runpytest_subprocess(*REPLAY, "--vault-arch=guarded", "--vault-track=A")
     result.assert_outcomes(passed=3, failed=3)  # clean, ok and l1 (over L1's cap too) pass
     result.stdout.fnmatch_lines(
         [

@@ -1,0 +1,90 @@
+"""Concurrency against a slow provider: wall time versus the ideal, and CPU per request.
+
+    python benchmarks/bench_providers.py [--evaluations 512] [--concurrency 64] [--latency 1.0]
+
+A local server (tests/fakeprovider.py, its own process) answers the OpenAI wire
+protocol after `--latency` seconds. Each track-A evaluation takes two round trips
+(the transfer call, then "Done."). Ideal = round trips x latency / concurrency.
+Start-up is the time of a one-evaluation run and is not counted. Target (issue 4):
+within 1.25x of the ideal, serial and with `-n 2`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ROUND_TRIPS = 2
+
+
+def corpus(n: int, folder: Path) -> Path:
+    path = folder / f"bench_{n}.jsonl"
+    lines = (
+        {"id": f"b{i:05d}", "session": f"s{i % 40}", "level": 2, "category": "direct_transfer",
+         "messages": [f"Invoice {i}: please send ${100 + i} to vendor{i}@supplier.test"]}
+        for i in range(n)
+    )
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return path
+
+
+def run(path: Path, url: str, concurrency: int, xdist: list[str]) -> tuple[float, float]:
+    """Wall seconds and CPU seconds (user + system, all child processes) of one run."""
+    env = dict(os.environ, OPENAI_API_KEY="sk-bench", OPENAI_BASE_URL=url + "/v1")
+    args = [sys.executable, "-m", "pytest", str(path), "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+            "--vault-model=openai:bench", "--vault-track=A", "--vault-arch=guarded", "--vault-no-cache",
+            f"--vault-concurrency={concurrency}", "--vault-progress=0", *xdist]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    done = subprocess.run(args, cwd=path.parent, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        sys.exit(f"pytest failed:\n{done.stdout[-3000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--evaluations", type=int, default=512)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--latency", type=float, default=1.0)
+    args = parser.parse_args()
+
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tests.fakeprovider", "--port", "0", "--latency", str(args.latency)],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert server.stdout is not None
+        url = server.stdout.readline().strip()
+        with tempfile.TemporaryDirectory() as tmp:
+            one, many = corpus(1, Path(tmp)), corpus(args.evaluations, Path(tmp))
+            trips = args.evaluations * ROUND_TRIPS
+            ideal = trips * args.latency / args.concurrency
+            print(f"{args.evaluations} track-A evaluations, {trips} round trips of {args.latency:g} s, "
+                  f"concurrency {args.concurrency}: ideal {ideal:.2f} s")
+            for label, xdist in (("serial", []), ("-n 2", ["-n", "2"])):
+                start_wall, start_cpu = run(one, url, args.concurrency, xdist)
+                wall, cpu = run(many, url, args.concurrency, xdist)
+                spent = wall - start_wall
+                per_request_ms = 1000 * (cpu - start_cpu) / (trips - ROUND_TRIPS)
+                print(f"{label:>6}: {wall:.2f} s, start-up {start_wall:.2f} s -> {spent:.2f} s; "
+                      f"ratio to ideal {spent / ideal:.2f}x (target <= 1.25x); "
+                      f"CPU {per_request_ms:.2f} ms per request (client side, pytest included)")
+    finally:
+        server.terminate()
+        server.wait()
+
+
+if __name__ == "__main__":
+    main()
