@@ -28,8 +28,13 @@ ROUND_TRIPS = 2
 def corpus(n: int, folder: Path) -> Path:
     path = folder / f"bench_{n}.jsonl"
     lines = (
-        {"id": f"b{i:05d}", "session": f"s{i % 40}", "level": 2, "category": "direct_transfer",
-         "messages": [f"Invoice {i}: please send ${100 + i} to vendor{i}@supplier.test"]}
+        {
+            "id": f"b{i:05d}",
+            "session": f"s{i % 40}",
+            "level": 2,
+            "category": "direct_transfer",
+            "messages": [f"Invoice {i}: please send ${100 + i} to vendor{i}@supplier.test"],
+        }
         for i in range(n)
     )
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
@@ -39,9 +44,24 @@ def corpus(n: int, folder: Path) -> Path:
 def run(path: Path, url: str, concurrency: int, xdist: list[str]) -> tuple[float, float]:
     """Wall seconds and CPU seconds (user + system, all child processes) of one run."""
     env = dict(os.environ, OPENAI_API_KEY="sk-bench", OPENAI_BASE_URL=url + "/v1")
-    args = [sys.executable, "-m", "pytest", str(path), "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-            "--vault-model=openai:bench", "--vault-track=A", "--vault-arch=guarded", "--vault-no-cache",
-            f"--vault-concurrency={concurrency}", "--vault-progress=0", *xdist]
+    args = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(path),
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:randomly",
+        "--vault-model=openai:bench",
+        "--vault-track=A",
+        "--vault-arch=guarded",
+        "--vault-no-cache",
+        f"--vault-concurrency={concurrency}",
+        "--vault-progress=0",
+        *xdist,
+    ]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     done = subprocess.run(args, cwd=path.parent, env=env, capture_output=True, text=True)
@@ -62,7 +82,9 @@ def main() -> None:
 
     server = subprocess.Popen(
         [sys.executable, "-m", "tests.fakeprovider", "--port", "0", "--latency", str(args.latency)],
-        cwd=ROOT, stdout=subprocess.PIPE, text=True,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert server.stdout is not None
@@ -71,16 +93,20 @@ def main() -> None:
             one, many = corpus(1, Path(tmp)), corpus(args.evaluations, Path(tmp))
             trips = args.evaluations * ROUND_TRIPS
             ideal = trips * args.latency / args.concurrency
-            print(f"{args.evaluations} track-A evaluations, {trips} round trips of {args.latency:g} s, "
-                  f"concurrency {args.concurrency}: ideal {ideal:.2f} s")
+            print(
+                f"{args.evaluations} track-A evaluations, {trips} round trips of {args.latency:g} s, "
+                f"concurrency {args.concurrency}: ideal {ideal:.2f} s"
+            )
             for label, xdist in (("serial", []), ("-n 2", ["-n", "2"])):
                 start_wall, start_cpu = run(one, url, args.concurrency, xdist)
                 wall, cpu = run(many, url, args.concurrency, xdist)
                 spent = wall - start_wall
                 per_request_ms = 1000 * (cpu - start_cpu) / (trips - ROUND_TRIPS)
-                print(f"{label:>6}: {wall:.2f} s, start-up {start_wall:.2f} s -> {spent:.2f} s; "
-                      f"ratio to ideal {spent / ideal:.2f}x (target <= 1.25x); "
-                      f"CPU {per_request_ms:.2f} ms per request (client side, pytest included)")
+                print(
+                    f"{label:>6}: {wall:.2f} s, start-up {start_wall:.2f} s -> {spent:.2f} s; "
+                    f"ratio to ideal {spent / ideal:.2f}x (target <= 1.25x); "
+                    f"CPU {per_request_ms:.2f} ms per request (client side, pytest included)"
+                )
     finally:
         server.terminate()
         server.wait()

@@ -154,10 +154,16 @@ class OpenAIWire:
         return {k: names[k] for k in REQUESTED if k in body and k not in self._drop}
 
     async def send(self, body: dict[str, Any]) -> Any:
+        from openai.types.chat import ChatCompletion
+
         sent = {k: v for k, v in body.items() if k not in self._drop}
         if "max_tokens" in sent and self._max_tokens_name != "max_tokens":
             sent[self._max_tokens_name] = sent.pop("max_tokens")
-        return await self.client.chat.completions.create(**sent)
+        # The body is already in wire format: the SDK's documented `post` sends it as is
+        # (auth, base URL, errors and response types still the SDK's), where `create`
+        # would walk every message through its TypedDict transforms, the largest CPU
+        # cost per request here.
+        return await self.client.post("/chat/completions", cast_to=ChatCompletion, body=sent)
 
     def read(self, raw: Any) -> ModelTurn:
         if not getattr(raw, "choices", None):
@@ -278,7 +284,10 @@ class AnthropicWire:
         return {k: k for k in REQUESTED if k in body}
 
     async def send(self, body: dict[str, Any]) -> Any:
-        return await self.client.messages.create(**body)
+        from anthropic.types import Message
+
+        # Wire-format body through the SDK's documented `post` (see OpenAIWire.send).
+        return await self.client.post("/v1/messages", cast_to=Message, body=body)
 
     def read(self, raw: Any) -> ModelTurn:
         text, calls = [], []

@@ -269,7 +269,7 @@ class FakeProvider:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--port", type=int, default=8765, help="0 picks a free port")
     parser.add_argument("--latency", type=float, default=0.0)
     args = parser.parse_args()
     with FakeProvider(args.latency, args.port) as fake:
