@@ -35,6 +35,19 @@ RECORDED = (
 )
 
 
+def cell_key(item: VaultItem) -> str:
+    """The coverage cell of an item: model|architecture|level|kind|track."""
+    c = item.case
+    return f"{item.spec}|{item.architecture}|{c.level}|{c.kind}|{item.track}"
+
+
+def group_key(item: pytest.Item) -> str:
+    """Items that belong together (one case and model); any other test is its own group."""
+    if isinstance(item, VaultItem):
+        return f"{item.path}::{item.case.id}::{item.spec}"
+    return item.nodeid
+
+
 class VaultFailure(Exception):
     """A test outcome explained in one message, without a traceback."""
 

@@ -135,6 +135,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "the rest is skipped as not run",
     )
     add(
+        "--vault-shard",
+        metavar="K/N",
+        help="run share K of N (1-based): N CI jobs together run every test exactly once",
+    )
+    add(
+        "--vault-report",
+        metavar="FILE.html",
+        help="write the HTML report of this run's rows at the end",
+    )
+    add(
         "--vault-progress",
         type=float,
         default=15.0,
@@ -180,6 +190,7 @@ def _options(config: pytest.Config) -> Options:
         if get("vault_no_cache")
         else Path(get("vault_cache") or config.rootpath / DEFAULT_CACHE).resolve()
     )
+    shard = _shard(get("vault_shard"))
     tracks: tuple[Track, ...] = _dedup(get("vault_track"), ("A", "B"))
     archs: tuple[Architecture, ...] = _dedup(get("vault_arch"), ("model", "guarded"))
     return Options(
@@ -201,7 +212,18 @@ def _options(config: pytest.Config) -> Options:
         budget_usd=get("vault_budget_usd"),
         prices=prices,
         progress_s=get("vault_progress"),
+        shard=shard,
+        report=Path(get("vault_report")).resolve() if get("vault_report") else None,
     )
+
+
+def _shard(value: str | None) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    k, sep, n = value.partition("/")
+    if not (sep and k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)):
+        raise pytest.UsageError(f"--vault-shard {value!r}: expected K/N with 1 <= K <= N, e.g. 2/3")
+    return int(k), int(n)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -223,6 +245,32 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 
         return CorpusFile.from_parent(parent, path=file_path)
     return None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep this shard's items (after -k and -m), and count what the run plans."""
+    from pytest_vault.collect import VaultItem, cell_key, group_key
+
+    vault = config.stash[VAULT]
+    shard = vault.options.shard
+    if shard is not None:
+        k, n = shard
+        # Whole groups (a case and a model: its tracks and architectures share requests)
+        # in sorted order, dealt round-robin: balanced, and stable across machines.
+        groups = sorted({group_key(item) for item in items})
+        mine = {g for i, g in enumerate(groups) if i % n == k - 1}
+        keep = [item for item in items if group_key(item) in mine]
+        dropped = [item for item in items if group_key(item) not in mine]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = keep
+    planned: dict[str, int] = {}
+    for item in items:
+        if isinstance(item, VaultItem):
+            key = cell_key(item)
+            planned[key] = planned.get(key, 0) + 1
+    vault.planned = planned
 
 
 @pytest.hookimpl(wrapper=True)
@@ -331,12 +379,17 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             "rows": vault.rows,
             "corpus": vault.corpus_digests,
             "decode": vault.decode_record(),
+            "planned": vault.planned,
         }
         return
     if vault.options.results is not None and vault.rows:
         from pytest_vault.results import write_results
 
         write_results(vault.rows, vault.options.results, vault.metadata())
+    if vault.options.report is not None and vault.rows:
+        from pytest_vault.report import write_html
+
+        write_html(vault.rows, [vault.metadata()], vault.options.report)
 
 
 def pytest_terminal_summary(
@@ -350,8 +403,9 @@ def pytest_terminal_summary(
     terminalreporter.section("pytest-vault summary")
     for line in render(vault.rows):
         terminalreporter.write_line(line)
-    if vault.options.results is not None:
-        terminalreporter.write_line(f"\nresults: {vault.options.results}")
+    for label, path in (("results", vault.options.results), ("report", vault.options.report)):
+        if path is not None:
+            terminalreporter.write_line(f"{label}: {path}")
 
 
 class XdistHooks:
@@ -381,3 +435,5 @@ class XdistHooks:
         vault.rows.extend(output.get("rows", []))
         vault.corpus_digests.update(output.get("corpus", {}))
         vault.decode.update(output.get("decode", {}))
+        # Every worker collects (and plans) the same items: any one's count is the run's.
+        vault.planned = vault.planned or output.get("planned", {})

@@ -48,6 +48,9 @@ class Options:
     budget_usd: float | None = None
     prices: Path | None = None
     progress_s: float = 15.0
+    # This job's share of the items (K of N, 1-based), for spreading a run over CI jobs.
+    shard: tuple[int, int] | None = None
+    report: Path | None = None
 
     def share_of(self, workers: int) -> Options:
         """This worker's part of the run-wide limits."""
@@ -83,6 +86,8 @@ class VaultSession:
     seen_ids: dict[str, str] = field(default_factory=dict)
     # sha256 of each corpus file collected (merged from workers under xdist).
     corpus_digests: dict[str, str] = field(default_factory=dict)
+    # Evaluations this process plans, per cell (after -k, levels and shard filters).
+    planned: dict[str, int] = field(default_factory=dict)
     # Per model spec: decode settings sent / not sent, as merged from xdist workers.
     decode: dict[str, dict[str, Any]] = field(default_factory=dict)
     _providers: dict[str, ProviderModel] = field(default_factory=dict)
@@ -240,4 +245,6 @@ class VaultSession:
             "passports": passports,
             "corpus_files": dict(sorted(self.corpus_digests.items())),
             "corpus_digest": "sha256:" + corpus,
+            "shard": None if opts.shard is None else f"{opts.shard[0]}/{opts.shard[1]}",
+            "planned": dict(sorted(self.planned.items())),
         }

@@ -16,3 +16,16 @@ def zero_bound(n: int, alpha: float = 0.05) -> float:
 def rule_of_three(sessions: int) -> float:
     """The per-session rule of three, 3/S: a bound that respects clustering by session."""
     return 1.0 if sessions <= 0 else min(1.0, 3 / sessions)
+
+
+def benjamini_hochberg(p_values: list[float]) -> list[float]:
+    """Benjamini-Hochberg adjusted p-values (q-values), in the input's order."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    q = [0.0] * m
+    running = 1.0
+    for rank in range(m, 0, -1):  # from the largest p down, keeping q monotone
+        i = order[rank - 1]
+        running = min(running, p_values[i] * m / rank)
+        q[i] = running
+    return q
