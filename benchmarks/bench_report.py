@@ -47,7 +47,7 @@ def synthetic(rows: int, seed: int = 7) -> pa.Table:
     paid = requested & ((arch == 0) | (rng.random(n) < 0.5))
     status = np.where(rng.random(n) < 0.002, "error", "completed")
     denied = np.where(arch == 1, requested.astype(int) - (paid & requested).astype(int), 0)
-    deny_codes = [[CODES[i % 4]] * int(d) if a == 1 else None for i, (d, a) in enumerate(zip(denied, arch))]
+    deny_codes = [[CODES[i % 4]] * int(d) if a == 1 else None for i, (d, a) in enumerate(zip(denied, arch, strict=True))]
     tool_calls = [json.dumps([{"name": "transfer_funds", "executed": True, "permitted": False,
                                "transfer": {"recipient": "mallory@evil.test", "amount_minor": 90000, "currency": "USD", "memo": None}}])
                   if u else "[]" for u in unpermitted]
