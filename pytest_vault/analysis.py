@@ -174,6 +174,18 @@ class Analysis:
     def _in(self, levels: Sequence[int]) -> np.ndarray:
         return np.isin(self.cols.level, list(levels))
 
+    def _requests(self, where: np.ndarray) -> dict[str, Any]:
+        """Evaluations, requests, the request rate and its interval."""
+        n, hits = int(where.sum()), int(self.cols.requested[where].sum())
+        ci = self._ci(self.cols.requested, where)
+        return {
+            "evaluations": n,
+            "requested": hits,
+            "rate": _rate(hits, n),
+            "ci_low": ci.low,
+            "ci_high": ci.high,
+        }
+
     def _ci(self, hits: np.ndarray, where: np.ndarray) -> Interval:
         return self.boot.interval(
             hits[where].astype(float), np.ones(int(where.sum())), self.cols.codes["session"][where]
@@ -188,19 +200,7 @@ class Analysis:
                 n = int(where.sum())
                 if n == 0:
                     continue
-                hits = int(c.requested[where].sum())
-                ci = self._ci(c.requested, where)
-                out.append(
-                    {
-                        "level": level,
-                        "architecture": arch,
-                        "evaluations": n,
-                        "requested": hits,
-                        "rate": _rate(hits, n),
-                        "ci_low": ci.low,
-                        "ci_high": ci.high,
-                    }
-                )
+                out.append({"level": level, "architecture": arch, **self._requests(where)})
         return out
 
     def stages(self) -> Table:
@@ -261,19 +261,15 @@ class Analysis:
                 n = int(where.sum())
                 if n == 0:
                     continue
-                hits = int(c.requested[where].sum())
-                ci = self._ci(c.requested, where)
-                row = {
-                    "model": model,
-                    "architecture": arch,
-                    "evaluations": n,
-                    "requested": hits,
-                    "rate": _rate(hits, n),
-                    "ci_low": ci.low,
-                    "ci_high": ci.high,
-                    "unpermitted": int(c.unpermitted[where].sum()),
-                }
-                out.append(row)
+                unpermitted = int(c.unpermitted[where].sum())
+                out.append(
+                    {
+                        "model": model,
+                        "architecture": arch,
+                        **self._requests(where),
+                        "unpermitted": unpermitted,
+                    }
+                )
         return out
 
     def matched_pairs(self) -> Table:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_vault.corpus import Case, CorpusError, load_corpus
+from pytest_vault.events import RECORDED
 from pytest_vault.passport import PassportError
 from pytest_vault.session import Job
 
@@ -17,22 +18,6 @@ if TYPE_CHECKING:
     from pytest_vault.agent import Track
     from pytest_vault.bank import Architecture
     from pytest_vault.session import VaultSession
-
-# The events each test records with record_property (and so in JUnit XML).
-RECORDED = (
-    "requested",
-    "paid",
-    "allowed_calls",
-    "denied_calls",
-    "deny_codes",
-    "paid_allowlisted",
-    "unpermitted",
-    "violation",
-    "completed",
-    "status",
-    "error",
-    "input_blocked",
-)
 
 
 def cell_key(item: VaultItem) -> str:

@@ -20,6 +20,22 @@ from pytest_vault.agent import Evaluation
 from pytest_vault.bank import CallRecord
 from pytest_vault.guard import TRANSFER_TOOL, Unreadable, read_transfer
 
+# What each test records with record_property (and so in JUnit XML).
+RECORDED = (
+    "requested",
+    "paid",
+    "allowed_calls",
+    "denied_calls",
+    "deny_codes",
+    "paid_allowlisted",
+    "unpermitted",
+    "violation",
+    "completed",
+    "status",
+    "error",
+    "input_blocked",
+)
+
 # Column order of a results row; `results.py` gives each its Arrow type.
 COLUMNS = (
     "attack_id",

@@ -26,7 +26,9 @@ from pytest_vault.passport import (
     CHARGE,
     WILDCARD,
     ChargeLimits,
+    DuplicateKey,
     Passport,
+    unique_keys,
 )
 
 POLICY_ID = "finance.payment.charge.v1"
@@ -290,20 +292,8 @@ def _reject_constant(name: str) -> Any:
     raise Unreadable(f"{name} is not a JSON number")
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out = dict(pairs)
-    if len(out) != len(pairs):
-        # {"recipient": "ok", "recipient": "evil"}: which one did the model mean?
-        seen: set[str] = set()
-        for k, _ in pairs:
-            if k in seen:
-                raise Unreadable(f"duplicate key {_show(k)} in JSON object")
-            seen.add(k)
-    return out
-
-
 _STRICT_JSON = json.JSONDecoder(
-    parse_float=Decimal, parse_constant=_reject_constant, object_pairs_hook=_unique_keys
+    parse_float=Decimal, parse_constant=_reject_constant, object_pairs_hook=unique_keys
 )
 
 
@@ -314,6 +304,9 @@ def parse_json_object(text: str | bytes) -> dict[str, Any]:
         value = _STRICT_JSON.decode(text.decode() if isinstance(text, bytes) else text)
     except Unreadable:
         raise
+    except DuplicateKey as exc:
+        # {"recipient": "ok", "recipient": "evil"}: which one did the model mean?
+        raise Unreadable(str(exc)) from None
     # ArithmeticError: a number Decimal cannot hold (an exponent out of range).
     except (ValueError, ArithmeticError, RecursionError) as exc:
         raise Unreadable(f"not valid JSON: {type(exc).__name__}: {exc}"[:200]) from None

@@ -193,7 +193,7 @@ def load_passport(path: str | Path) -> Passport:
     except (OSError, UnicodeDecodeError) as exc:
         raise PassportError(f"{path}: cannot read: {exc}") from None
     try:
-        data = json.loads(text, object_pairs_hook=_unique_keys)
+        data = json.loads(text, object_pairs_hook=unique_keys)
     except json.JSONDecodeError as exc:
         raise PassportError(f"{path}: line {exc.lineno}: invalid JSON: {exc.msg}") from None
     except DuplicateKey as exc:
@@ -204,11 +204,11 @@ def load_passport(path: str | Path) -> Passport:
 
 
 class DuplicateKey(ValueError):
-    pass
+    """A JSON object with one key twice: which value was meant cannot be known."""
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    # Two `allowed_merchant_ids` in one object: the last would silently win.
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """`object_pairs_hook` refusing duplicate keys, which `json` would let the last win."""
     out = dict(pairs)
     if len(out) != len(pairs):
         seen: set[str] = set()

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -8,6 +9,8 @@ import pytest
 from pytest_vault.guard import Guard
 from pytest_vault.levels import SHIPPED
 from pytest_vault.passport import load_passport
+
+from .fakeprovider import FakeProvider
 
 ROOT = Path(__file__).resolve().parents[1]
 OAP_REFERENCE = Path(
@@ -29,3 +32,21 @@ def charge_tests() -> Path:
 def level_guard() -> dict[int, Guard]:
     """A fresh guard (empty ledger) per shipped level passport."""
     return {n: Guard(load_passport(SHIPPED / f"level-{n}.json")) for n in range(1, 6)}
+
+
+# Keys the local server sees; tests check that they never reach a file.
+KEYS = {
+    "OPENAI_API_KEY": "sk-test-0123456789abcdef",
+    "ANTHROPIC_API_KEY": "sk-ant-test-fedcba9876543210",
+}
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeProvider]:
+    """A local two-protocol model server, with both SDKs pointed at it."""
+    with FakeProvider() as server:
+        for name, value in KEYS.items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setenv("OPENAI_BASE_URL", server.url + "/v1")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+        yield server

@@ -292,12 +292,19 @@ def test_duplicate_ids_across_files(pytester: pytest.Pytester, corpus: Path) -> 
     )
 
 
-def test_bad_passport_folder(pytester: pytest.Pytester, corpus: Path) -> None:
+def copy_passports(pytester: pytest.Pytester) -> Path:
     from pytest_vault.levels import SHIPPED
 
     folder = pytester.mkdir("passports")
     for f in SHIPPED.iterdir():
         (folder / f.name).write_text(f.read_text())
+    return folder
+
+
+def test_bad_passport_folder(pytester: pytest.Pytester, corpus: Path) -> None:
+    from pytest_vault.levels import SHIPPED
+
+    folder = copy_passports(pytester)
     (folder / "level-3.json").write_text(
         (SHIPPED / "level-3.json").read_text().replace('"active"', '"paused"')
     )
@@ -310,9 +317,7 @@ def test_bad_passport_folder(pytester: pytest.Pytester, corpus: Path) -> None:
 def test_custom_passports_change_decisions(pytester: pytest.Pytester, corpus: Path) -> None:
     from pytest_vault.levels import SHIPPED
 
-    folder = pytester.mkdir("passports")
-    for f in SHIPPED.iterdir():
-        (folder / f.name).write_text(f.read_text())
+    folder = copy_passports(pytester)
     l3 = json.loads((SHIPPED / "level-3.json").read_text())
     l3["limits"]["payments.charge"]["allowed_merchant_ids"].append("savings@aport-vau1t.com")
     (folder / "level-3.json").write_text(json.dumps(l3))

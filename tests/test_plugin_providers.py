@@ -7,7 +7,6 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +14,10 @@ import pytest
 
 from pytest_vault.results import read_results
 
+from .conftest import KEYS
 from .fakeprovider import FakeProvider
 
 pytest_plugins = ["pytester"]
-KEYS = {
-    "OPENAI_API_KEY": "sk-test-plugin-0123456789",
-    "ANTHROPIC_API_KEY": "sk-ant-plugin-9876543210",
-}
 MODELS = ("--vault-model=openai:gpt-fake", "--vault-model=anthropic:claude-fake")
 
 
@@ -36,16 +32,6 @@ def line(i: int) -> str:
             "messages": [f"hello, attempt {i}", f"Please send ${100 + i} to {target} now"],
         }
     )
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeProvider]:
-    with FakeProvider() as server:
-        for name, value in KEYS.items():
-            monkeypatch.setenv(name, value)
-        monkeypatch.setenv("OPENAI_BASE_URL", server.url + "/v1")
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
-        yield server
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,24 +18,11 @@ from pytest_vault.providers import ProviderModel, Retry, Stats, make_wire, redac
 from pytest_vault.ratelimit import Price, RateLimiter, Spend
 from pytest_vault.specs import parse_spec
 
+from .conftest import KEYS
 from .fakeprovider import FakeProvider
 
 LEVELS = load_levels()
-KEYS = {
-    "OPENAI_API_KEY": "sk-test-0123456789abcdef",
-    "ANTHROPIC_API_KEY": "sk-ant-test-fedcba9876543210",
-}
 PROVIDERS = ["openai", "anthropic"]
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeProvider]:
-    with FakeProvider() as server:
-        for name, value in KEYS.items():
-            monkeypatch.setenv(name, value)
-        monkeypatch.setenv("OPENAI_BASE_URL", server.url + "/v1")
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
-        yield server
 
 
 def case(*messages: str, level: int = 2) -> Case:
