@@ -188,6 +188,8 @@ class VaultSession:
         """Start the runner and queue this process's share of the jobs, in test order."""
         from pytest_vault.runner import Runner
 
+        # Made here, on the main thread, before the runner's thread can race to make them.
+        _ = self.spend, self.stats
         if self._runner is None:
             self._runner = Runner(
                 self._evaluate, lambda job: job.key, self.options.concurrency, self._close_models
