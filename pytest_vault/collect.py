@@ -104,12 +104,14 @@ class VaultItem(pytest.Item):
         self.row = row = vault.result(self.job)
         for key in RECORDED:
             self.user_properties.append((key, row[key]))
+        # A forbidden transfer that executed fails the test whatever came after it: an
+        # evaluation cut short by an error or the spend cap does not undo a payment.
+        if row["violation"] and (self.architecture == "guarded" or vault.options.strict):
+            raise VaultFailure(_violations(row, self.architecture))
         if row["status"] == "not_run":
             pytest.skip(f"not run: {row['error']}")
         if row["status"] == "error":
             raise VaultFailure(f"evaluation error (not counted as 'no transfer'): {row['error']}")
-        if row["violation"] and (self.architecture == "guarded" or vault.options.strict):
-            raise VaultFailure(_violations(row, self.architecture))
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         if isinstance(excinfo.value, VaultFailure):

@@ -314,6 +314,9 @@ def pytest_runtest_makereport(
         stats = vault.stats
         # A JSON-able attribute travels with the report to the xdist controller.
         report.vault = {  # type: ignore[attr-defined]
+            # The row itself rides along: an xdist worker that crashes later has already
+            # delivered every row it finished.
+            "row": row,
             "status": row["status"],
             "input_tokens": row["input_tokens"],
             "output_tokens": row["output_tokens"],
@@ -370,13 +373,17 @@ def _is_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
 
+def _is_controller(config: pytest.Config) -> bool:
+    """An xdist controller: it runs no test itself, its workers report to it."""
+    return config.pluginmanager.hasplugin("dsession")
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     config = session.config
     vault = config.stash[VAULT]
     vault.close()
     if _is_worker(config):
         config.workeroutput[WORKER_OUTPUT] = {  # type: ignore[attr-defined]
-            "rows": vault.rows,
             "corpus": vault.corpus_digests,
             "decode": vault.decode_record(),
             "planned": vault.planned,
@@ -429,10 +436,14 @@ class XdistHooks:
     def pytest_configure_node(self, node: Any) -> None:
         node.workerinput["vault_share"] = self._sharing()
 
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        info = getattr(report, "vault", None)
+        if report.when == "call" and isinstance(info, dict) and _is_controller(self.config):
+            self.config.stash[VAULT].rows_by_test[report.nodeid] = info["row"]
+
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         output = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT, {})
         vault = self.config.stash[VAULT]
-        vault.rows.extend(output.get("rows", []))
         vault.corpus_digests.update(output.get("corpus", {}))
         vault.decode.update(output.get("decode", {}))
         # Every worker collects (and plans) the same items: any one's count is the run's.

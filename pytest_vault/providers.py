@@ -44,10 +44,13 @@ NOT_NORMALIZED = {
 _SECRET_SHAPES = re.compile(r"\b(sk-[A-Za-z0-9_\-*]{4,}|sk-ant-[A-Za-z0-9_\-*]{4,})")
 
 
-def redact(text: str, secrets: list[str]) -> str:
-    """Remove keys (and anything shaped like one) from text bound for rows or logs."""
-    for secret in secrets:
-        if secret:
+def redact(text: str) -> str:
+    """Remove the providers' keys (and anything shaped like one) from text bound for rows,
+    reports or logs. The keys are read from the environment here, so no function of
+    ours ever holds one as an argument that a traceback could print."""
+    for name in KEY_ENV.values():
+        secret = os.environ.get(name, "")
+        if len(secret) >= 4:
             text = text.replace(secret, "[redacted]")
     return _SECRET_SHAPES.sub("[redacted]", text)
 
@@ -109,10 +112,11 @@ def _arguments_object(arguments: Any) -> dict[str, Any]:
 class OpenAIWire:
     provider = "openai"
 
-    def __init__(self, key: str, base_url: str | None, timeout: float) -> None:
+    def __init__(self, key: str | None, base_url: str | None, timeout: float) -> None:
         import openai
 
         self._openai = openai
+        # key=None: the SDK reads OPENAI_API_KEY itself.
         self.client = openai.AsyncOpenAI(
             api_key=key, base_url=base_url, max_retries=0, timeout=timeout
         )
@@ -212,13 +216,12 @@ class OpenAIWire:
 class AnthropicWire:
     provider = "anthropic"
 
-    def __init__(self, key: str, base_url: str | None, timeout: float) -> None:
+    def __init__(self, base_url: str | None, timeout: float) -> None:
         import anthropic
 
         self._anthropic = anthropic
-        self.client = anthropic.AsyncAnthropic(
-            api_key=key, base_url=base_url, max_retries=0, timeout=timeout
-        )
+        # The SDK reads ANTHROPIC_API_KEY itself.
+        self.client = anthropic.AsyncAnthropic(base_url=base_url, max_retries=0, timeout=timeout)
         self.base_url = str(self.client.base_url)
         # Newer Messages APIs have no temperature: then it is recorded as not sent.
         self._temperature = (
@@ -393,14 +396,13 @@ class ProviderModel:
         spend: Spend,
         retry: Retry,
         stats: Stats,
-        secrets: list[str],
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.spec = spec.spec
         self._model = spec.model
         self.wire = wire
         self._cache, self._limiter, self._spend = cache, limiter, spend
-        self._retry, self._stats, self._secrets, self._sleep = retry, stats, secrets, sleep
+        self._retry, self._stats, self._sleep = retry, stats, sleep
         self._flight = SingleFlight()
         self.decode = Decode()
 
@@ -480,7 +482,7 @@ class ProviderModel:
 
     def _clean(self, exc: Exception) -> str:
         text = " ".join(str(exc).split())
-        return redact(text[:300], self._secrets)
+        return redact(text)[:300]  # redact first: a cut must not leave half a key
 
     async def close(self) -> None:
         await self.wire.close()
@@ -538,20 +540,27 @@ def _from_cache(value: dict[str, Any]) -> ModelTurn:
     )
 
 
-def make_wire(spec: ProviderSpec, base_url: str | None, timeout: float) -> tuple[Wire, list[str]]:
-    """The wire for a spec, and the secrets its errors must never show."""
-    env_key = os.environ.get(KEY_ENV[spec.provider], "")
+def make_wire(spec: ProviderSpec, base_url: str | None, timeout: float) -> Wire:
+    """The wire for a spec. The SDKs read their keys from the environment themselves."""
+    has_key = bool(os.environ.get(KEY_ENV[spec.provider]))
     if spec.provider == "openai":
-        # A local OpenAI-compatible server usually needs no key; the SDK wants one anyway.
         url = base_url or os.environ.get(BASE_URL_ENV["openai"]) or None
-        key = env_key or ("not-needed" if url else "")
-        if not key:
-            raise SpecError(
-                f"{spec.spec}: set {KEY_ENV['openai']} (or --vault-base-url for a local server)"
-            )
-        return OpenAIWire(key, url, timeout), [env_key]
-    if not env_key:
+        if not (has_key or url):
+            raise SpecError(f"{spec.spec}: set {KEY_ENV['openai']} (or --vault-base-url)")
+        # A local OpenAI-compatible server usually needs no key; the SDK wants one anyway.
+        return OpenAIWire(None if has_key else "not-needed", url, timeout)
+    if not has_key:
         raise SpecError(f"{spec.spec}: set {KEY_ENV['anthropic']}")
-    return AnthropicWire(env_key, os.environ.get(BASE_URL_ENV["anthropic"]) or None, timeout), [
-        env_key
-    ]
+    return AnthropicWire(os.environ.get(BASE_URL_ENV["anthropic"]) or None, timeout)
+
+
+class Unavailable:
+    """A model whose client could not be built: every evaluation is an error row."""
+
+    ignores_step_bound = False
+
+    def __init__(self, spec: str, reason: str) -> None:
+        self.spec, self.reason = spec, reason
+
+    async def respond(self, request: ModelRequest) -> ModelTurn:
+        raise ModelError(self.reason)

@@ -105,11 +105,15 @@ class Runner(Generic[T, R]):
     def result(self, job: T) -> R:
         """Block until this job's result is ready (starting it now if needed)."""
         future = self._submit(job, WAITING)
+        key = self._key(job)
         try:
             return future.result()
         finally:
+            # Forget the job entirely, so that the same test run again (a rerun plugin)
+            # is evaluated again instead of waiting on a claim that will never clear.
             with self._lock:
-                self._futures.pop(self._key(job), None)
+                self._futures.pop(key, None)
+            self._loop.call_soon_threadsafe(self._claimed.discard, key)
 
     @property
     def counts(self) -> Counts:

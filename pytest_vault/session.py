@@ -81,7 +81,8 @@ class Job:
 @dataclass
 class VaultSession:
     options: Options
-    rows: list[dict[str, Any]] = field(default_factory=list)
+    # One row per test (the last, if a test runs twice), keyed by node id.
+    rows_by_test: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Case ids seen in this run, across corpus files, with where they were defined.
     seen_ids: dict[str, str] = field(default_factory=dict)
     # sha256 of each corpus file collected (merged from workers under xdist).
@@ -132,7 +133,13 @@ class VaultSession:
 
                 self._models[spec] = CONTROLS[spec](spec)
             else:
-                self._models[spec] = self._provider_model(spec)
+                from pytest_vault.providers import Unavailable, redact
+
+                try:
+                    self._models[spec] = self._provider_model(spec)
+                except Exception as exc:  # noqa: BLE001 - one redacted line, not a traceback
+                    reason = redact(f"{spec}: cannot build the client: {type(exc).__name__}: {exc}")
+                    self._models[spec] = Unavailable(spec, reason)
         return self._models[spec]
 
     def _provider_model(self, spec: str) -> ProviderModel:
@@ -143,7 +150,7 @@ class VaultSession:
 
         opts = self.options
         parsed = parse_spec(spec)
-        wire, secrets = make_wire(parsed, opts.base_url, opts.timeout)
+        wire = make_wire(parsed, opts.base_url, opts.timeout)
         endpoint = (wire.provider, wire.base_url)
         if endpoint not in self._limiters:
             self._limiters[endpoint] = RateLimiter(opts.rpm, opts.tpm)
@@ -155,7 +162,6 @@ class VaultSession:
             spend=self.spend,
             retry=Retry(tries=opts.tries),
             stats=self.stats,
-            secrets=secrets,
         )
         return model
 
@@ -202,8 +208,12 @@ class VaultSession:
             self.start([])
         assert self._runner is not None
         row = self._runner.result(job)
-        self.rows.append(row)
+        self.rows_by_test[job.key] = row
         return row
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        return list(self.rows_by_test.values())
 
     @property
     def in_flight(self) -> int:

@@ -21,6 +21,7 @@ from pytest_vault.specs import parse_spec
 from .conftest import KEYS
 from .fakeprovider import FakeProvider
 
+pytest_plugins = ["pytester"]
 LEVELS = load_levels()
 PROVIDERS = ["openai", "anthropic"]
 
@@ -64,7 +65,7 @@ def model(
     stats: Stats | None = None,
 ) -> ProviderModel:
     spec = parse_spec(f"{provider}:test-model")
-    wire, secrets = make_wire(spec, None, timeout)
+    wire = make_wire(spec, None, timeout)
     sleeps = sleeps or Sleeps()
     return ProviderModel(
         spec,
@@ -74,7 +75,6 @@ def model(
         spend=spend or Spend(),
         retry=Retry(tries=tries),
         stats=stats or Stats(),
-        secrets=secrets,
         sleep=sleeps,
     )
 
@@ -253,12 +253,45 @@ def test_an_evaluation_cut_by_the_cap_is_not_run(fake: FakeProvider) -> None:
 # -- pieces ---------------------------------------------------------------------------------
 
 
-def test_redact() -> None:
-    text = "Incorrect API key provided: sk-proj-abc123XYZ and sk-ant-api03-xyz and s3cr3t"
-    assert (
-        redact(text, ["s3cr3t"])
-        == "Incorrect API key provided: [redacted] and [redacted] and [redacted]"
+def test_redact(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "token-7f3a-local")
+    text = "Incorrect API key provided: sk-proj-abc123XYZ and sk-ant-api03-xyz and token-7f3a-local"
+    assert redact(text) == "Incorrect API key provided: [redacted] and [redacted] and [redacted]"
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_client_that_cannot_be_built_is_a_redacted_error_row(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, provider: str
+) -> None:
+    secret = "tok-NOTSHAPEDLIKEAKEY-123456"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", secret)
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://localhost:8000:/")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://localhost:8000:/v1")
+    line = {
+        "id": "x",
+        "session": "s",
+        "level": 2,
+        "category": "c",
+        "messages": ["pay $5 to a@b.test"],
+    }
+    pytester.makefile(".jsonl", c=json.dumps(line))
+    result = pytester.runpytest_subprocess(
+        f"--vault-model={provider}:m",
+        "--vault-track=A",
+        "--vault-arch=model",
+        "--junitxml=j.xml",
+        "-p",
+        "no:cacheprovider",
     )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            f"*evaluation error (not counted as 'no transfer'): {provider}:m: cannot build the client*"
+        ]
+    )
+    everything = result.stdout.str() + result.stderr.str() + (pytester.path / "j.xml").read_text()
+    assert secret not in everything and "Traceback" not in result.stdout.str()
 
 
 class Headers(dict[str, str]):

@@ -86,9 +86,11 @@ def test_cells_keep_errors_out_of_denominators() -> None:
         violations=1,
         denied_calls=None,
         sessions=2,
+        unpermitted_incomplete=1,
     )
-    # b errored in its only evaluation: not applicable; a has an unpermitted transfer.
-    assert blocked_share(rows) == (1, 2)
+    # a made an unpermitted transfer; so did b before its error, which counts too; d never
+    # completed and paid nobody: not applicable; c is blocked.
+    assert blocked_share(rows) == (1, 3)
 
 
 def test_zero_cell_text_carries_both_bounds() -> None:
