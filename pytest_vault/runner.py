@@ -66,10 +66,11 @@ class Runner(Generic[T, R]):
         while True:
             _, _, job = await self._queue.get()
             key = self._key(job)
-            if key in self._claimed:
-                continue  # queued twice (ahead, then waited for): already taken
+            with self._lock:
+                future = self._futures.get(key)
+            if future is None or key in self._claimed:
+                continue  # queued twice (ahead, then waited for), or already delivered
             self._claimed.add(key)
-            future = self._futures[key]
             self._in_flight += 1
             try:
                 result = await self._work(job)
