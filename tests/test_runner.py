@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import time
 
 import pytest
 
@@ -44,12 +46,15 @@ def test_a_waiting_test_jumps_the_read_ahead_queue() -> None:
     try:
         runner.prefetch(["first", "a", "b", "c"])
         runner.call(asyncio.sleep(0.05))  # "first" is now running and holds the only worker
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(runner.result, "c")  # a test now waits for "c"
+            time.sleep(0.05)
 
-        async def release() -> None:
-            gate.set()
+            async def release() -> None:
+                gate.set()
 
-        runner.call(release())
-        assert runner.result("c") == "c"
+            runner.call(release())
+            assert waiting.result(timeout=10) == "c"
         assert order[:2] == ["first", "c"]
     finally:
         runner.close()
