@@ -135,6 +135,19 @@ def _zero(row: dict[str, Any], name: str, n: int, sessions: int) -> None:
         row["upper_bound_session"] = rule_of_three(sessions)
 
 
+def plans(metadata: Sequence[Mapping[str, Any]]) -> list[Mapping[str, int]] | None:
+    """The plan of each run among the files: one per unsharded file, one per sharded run."""
+    runs: dict[str, Mapping[str, int]] = {}
+    for i, meta in enumerate(metadata):
+        if meta.get("shard") and meta.get("planned_run"):
+            runs["run:" + json.dumps(meta["planned_run"], sort_keys=True)] = meta["planned_run"]
+        elif meta.get("planned"):
+            runs[f"file:{i}"] = meta["planned"]
+        else:
+            return None
+    return list(runs.values()) or None
+
+
 class Analysis:
     def __init__(
         self,
@@ -424,12 +437,16 @@ class Analysis:
         return out
 
     def _planned(self) -> dict[tuple[str, str, int, str], int] | None:
-        """Planned evaluations per (model, architecture, level, kind), summed over files."""
+        """Planned evaluations per (model, architecture, level, kind).
+
+        Separate runs (say, of different models) add up their plans. Shards of one run
+        all carry the whole run's plan, so a missing shard shows as missing rows.
+        """
         planned: dict[tuple[str, str, int, str], int] = {}
-        for meta in self.metadata:
-            cells = meta.get("planned")
-            if not cells:
-                return None  # a file that does not say what it planned: coverage unknown
+        runs = plans(self.metadata)
+        if runs is None:
+            return None  # a file that does not say what it planned: coverage unknown
+        for cells in runs:
             for key, count in cells.items():
                 model, arch, level, kind, _track = key.split("|")
                 cell = (model, arch, int(level), kind)

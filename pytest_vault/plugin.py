@@ -250,10 +250,11 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Keep this shard's items (after -k and -m), and count what the run plans."""
-    from pytest_vault.collect import VaultItem, cell_key, group_key
+    from pytest_vault.collect import group_key
 
     vault = config.stash[VAULT]
     shard = vault.options.shard
+    vault.planned_run = _plan(items)
     if shard is not None:
         k, n = shard
         # Whole groups (a case and a model: its tracks and architectures share requests)
@@ -265,12 +266,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if dropped:
             config.hook.pytest_deselected(items=dropped)
             items[:] = keep
+    vault.planned = _plan(items)
+
+
+def _plan(items: list[pytest.Item]) -> dict[str, int]:
+    """Evaluations per coverage cell."""
+    from pytest_vault.collect import VaultItem, cell_key
+
     planned: dict[str, int] = {}
     for item in items:
         if isinstance(item, VaultItem):
             key = cell_key(item)
             planned[key] = planned.get(key, 0) + 1
-    vault.planned = planned
+    return planned
 
 
 @pytest.hookimpl(wrapper=True)
@@ -387,6 +395,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             "corpus": vault.corpus_digests,
             "decode": vault.decode_record(),
             "planned": vault.planned,
+            "planned_run": vault.planned_run,
         }
         return
     if vault.options.results is not None and vault.rows:
@@ -448,3 +457,4 @@ class XdistHooks:
         vault.decode.update(output.get("decode", {}))
         # Every worker collects (and plans) the same items: any one's count is the run's.
         vault.planned = vault.planned or output.get("planned", {})
+        vault.planned_run = vault.planned_run or output.get("planned_run", {})

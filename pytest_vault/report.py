@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pytest_vault.analysis import RESAMPLES, SEED, Analysis, Bootstrap, Table
+from pytest_vault.analysis import RESAMPLES, SEED, Analysis, Bootstrap, Table, plans
 from pytest_vault.results import SCHEMA, SORT_KEY, write_results
 from pytest_vault.summary import table as aligned
 
@@ -77,10 +77,11 @@ def merged_metadata(metadata: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         return {}
     out = dict(metadata[0])
     planned: dict[str, int] = {}
-    for meta in metadata:
-        for key, count in (meta.get("planned") or {}).items():
+    for cells in plans(metadata) or []:
+        for key, count in cells.items():
             planned[key] = planned.get(key, 0) + int(count)
     out["planned"] = dict(sorted(planned.items()))
+    out["planned_run"] = {}
     out["shard"] = None
     out["models"] = sorted({m for meta in metadata for m in meta.get("models", [])})
     out["merged_from"] = len(metadata)
@@ -147,6 +148,17 @@ def write_html(
     )
 
 
+def missing_shards(metadata: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Shards K/N of a sharded run that are not among the files."""
+    seen: dict[int, set[int]] = {}
+    for meta in metadata:
+        shard = meta.get("shard")
+        if shard:
+            k, n = (int(x) for x in str(shard).split("/"))
+            seen.setdefault(n, set()).add(k)
+    return [f"{k}/{n}" for n, ks in sorted(seen.items()) for k in range(1, n + 1) if k not in ks]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="vault-report", description="Tables from pytest-vault results files."
@@ -175,6 +187,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ReportError as exc:
         print(f"vault-report: error: {exc}", file=sys.stderr)
         return 2
+    missing = missing_shards(metadata)
+    if missing:
+        print(
+            f"vault-report: warning: shards {', '.join(missing)} are missing: "
+            "coverage shows their tests as missing",
+            file=sys.stderr,
+        )
     if args.merge_to is not None:
         write_results(table.to_pylist(), args.merge_to, merged_metadata(metadata))
     analysis = Analysis(table, metadata, Bootstrap(args.resamples, args.seed))

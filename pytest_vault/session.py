@@ -89,6 +89,8 @@ class VaultSession:
     corpus_digests: dict[str, str] = field(default_factory=dict)
     # Evaluations this process plans, per cell (after -k, levels and shard filters).
     planned: dict[str, int] = field(default_factory=dict)
+    # The same for the whole run before --vault-shard: a merge of shards checks against it.
+    planned_run: dict[str, int] = field(default_factory=dict)
     # Per model spec: decode settings sent / not sent, as merged from xdist workers.
     decode: dict[str, dict[str, Any]] = field(default_factory=dict)
     _providers: dict[str, ProviderModel] = field(default_factory=dict)
@@ -259,4 +261,5 @@ class VaultSession:
             "corpus_digest": "sha256:" + corpus,
             "shard": None if opts.shard is None else f"{opts.shard[0]}/{opts.shard[1]}",
             "planned": dict(sorted(self.planned.items())),
+            "planned_run": dict(sorted(self.planned_run.items())),
         }

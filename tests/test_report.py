@@ -340,6 +340,37 @@ def test_three_shards_merge_into_the_unsplit_tables(pytester: pytest.Pytester, r
     assert read_results(pytester.path / "merged.parquet")[0] == read_results(run)[0]
 
 
+def test_a_missing_shard_shows_as_missing(
+    pytester: pytest.Pytester, run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for k in (1, 2):
+        assert (
+            pytester.runpytest_subprocess(
+                *COMMON, f"--vault-shard={k}/3", f"--vault-results=s{k}.parquet"
+            ).ret
+            == 0
+        )
+    out = pytester.path / "two.json"
+    assert (
+        main(
+            [
+                str(pytester.path / "s1.parquet"),
+                str(pytester.path / "s2.parquet"),
+                "--format",
+                "json",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    assert "shards 3/3 are missing" in capsys.readouterr().err
+    coverage = json.loads(out.read_text())["coverage"]
+    assert sum(r["planned"] for r in coverage) == 56
+    assert sum(r["missing"] for r in coverage) == 56 - sum(r["rows"] for r in coverage) > 0
+    assert not all(r["complete"] for r in coverage)
+
+
 def test_the_same_evaluation_twice_is_refused(
     run: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
