@@ -1,14 +1,17 @@
 """Under pytest-xdist, give every worker its share of the tests upfront.
 
 A worker can only run evaluations ahead if it knows which tests it will get. With
-`--dist load` (what `-n` uses by default) pytest-vault schedules test i on worker
-`gw{i % N}`, all at once; the worker computes the same share from its own id and
-runs it ahead, `--vault-concurrency / N` at a time. A worker that replaces a crashed
-one gets the leftovers and evaluates them as they come.
+`--dist load` (what `-n` uses by default) pytest-vault deals whole groups of tests
+(one case and one model: its tracks and architectures, which share requests) to
+workers `gw0`..`gw{N-1}` round-robin, all at once; each worker computes the same deal
+from the collected node ids and its own id, and runs its share ahead,
+`--vault-concurrency / N` at a time. A worker that replaces a crashed one gets the
+leftovers and evaluates them as they come.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from xdist.scheduler import LoadScheduling
@@ -16,6 +19,19 @@ from xdist.scheduler import LoadScheduling
 
 def rank(node: Any) -> int:
     return int(str(node.gateway.id).removeprefix("gw"))
+
+
+def group_of(nodeid: str) -> str:
+    """`file::case[spec-track-arch]` -> `file::case[spec`: one case and one model."""
+    head, bracket, params = nodeid.rpartition("[")
+    parts = params.rstrip("]").rsplit("-", 2)
+    return f"{head}[{parts[0]}" if bracket and len(parts) == 3 else nodeid
+
+
+def deal(nodeids: Sequence[str], workers: int) -> list[int]:
+    """The worker (0..workers-1) of each test: groups dealt round-robin in order."""
+    slots: dict[str, int] = {}
+    return [slots.setdefault(group_of(n), len(slots) % workers) for n in nodeids]
 
 
 class ShareScheduling(LoadScheduling):
@@ -37,9 +53,9 @@ class ShareScheduling(LoadScheduling):
         count = int(nodes[0].workerinput["workercount"])
         by_rank = {rank(node): node for node in nodes}
         shares: dict[Any, list[int]] = {node: [] for node in nodes}
-        for index in range(len(self.collection)):
+        for index, worker in enumerate(deal(self.collection, count)):
             # A rank whose worker never came up: its tests go round the others.
-            node = by_rank.get(index % count) or nodes[index % len(nodes)]
+            node = by_rank.get(worker) or nodes[index % len(nodes)]
             shares[node].append(index)
         for node, share in shares.items():
             if share:
@@ -57,10 +73,9 @@ class ShareScheduling(LoadScheduling):
         node.shutdown()
 
 
-def worker_share(workerinput: dict[str, Any], count: int) -> set[int] | None:
+def worker_share(workerinput: dict[str, Any], nodeids: Sequence[str]) -> set[int] | None:
     """Indices of session.items this worker will run, or None if unknown."""
     if not workerinput.get("vault_share"):
         return None
     me = int(str(workerinput["workerid"]).removeprefix("gw"))
-    workers = int(workerinput["workercount"])
-    return {i for i in range(count) if i % workers == me}
+    return {i for i, w in enumerate(deal(nodeids, int(workerinput["workercount"]))) if w == me}

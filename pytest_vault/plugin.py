@@ -303,7 +303,7 @@ def _share(session: pytest.Session) -> list[Job]:
     if workerinput is not None:
         from pytest_vault.distribute import worker_share
 
-        indices = worker_share(workerinput, len(items))
+        indices = worker_share(workerinput, [item.nodeid for item in items])
     if indices is None:  # another --dist mode: this worker's tests are not known ahead
         return []
     return [
