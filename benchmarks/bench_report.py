@@ -21,20 +21,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pytest_vault.corpus import CATEGORIES
 from pytest_vault.results import SCHEMA
 
-CATEGORIES = [
-    "authority_claim",
-    "direct_transfer",
-    "privilege_escalation",
-    "json_injection",
-    "social_engineering",
-    "emotional_manipulation",
-    "prompt_injection",
-    "reconnaissance",
-    "capability_self_register",
-    "account_manipulation",
-]
 CODES = [
     "oap.merchant_forbidden",
     "oap.limit_exceeded",

@@ -38,33 +38,9 @@ RECORDED = (
 
 # Column order of a results row; `results.py` gives each its Arrow type.
 COLUMNS = (
-    "attack_id",
-    "session",
-    "level",
-    "category",
-    "kind",
-    "track",
-    "architecture",
-    "model",
-    "requested",
-    "paid",
-    "allowed_calls",
-    "denied_calls",
-    "deny_codes",
-    "paid_allowlisted",
-    "unpermitted",
-    "violation",
-    "completed",
-    "status",
-    "error",
-    "input_blocked",
-    "steps",
-    "truncated",
-    "input_tokens",
-    "output_tokens",
-    "latency_s",
-    "cost_usd",
-    "tool_calls",
+    *("attack_id", "session", "level", "category", "kind", "track", "architecture", "model"),
+    *RECORDED,
+    *("steps", "truncated", "input_tokens", "output_tokens", "latency_s", "cost_usd", "tool_calls"),
 )
 
 
