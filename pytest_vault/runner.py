@@ -14,7 +14,7 @@ import concurrent.futures
 import itertools
 import threading
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -22,6 +22,15 @@ R = TypeVar("R")
 
 # Priorities: a test waiting now goes before read-ahead.
 WAITING, AHEAD = 0, 1
+
+
+@dataclass(eq=False)
+class _Entry(Generic[T, R]):
+    """One job on its way: its future, and whether a worker has taken it."""
+
+    job: T
+    future: concurrent.futures.Future[R] = field(default_factory=concurrent.futures.Future)
+    claimed: bool = False
 
 
 @dataclass(frozen=True)
@@ -39,12 +48,11 @@ class Runner(Generic[T, R]):
         on_close: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._work, self._key, self._concurrency, self._on_close = work, key, concurrency, on_close
-        self._futures: dict[str, concurrent.futures.Future[R]] = {}
+        self._entries: dict[str, _Entry[T, R]] = {}
         self._lock = threading.Lock()
         self._seq = itertools.count()
         self._loop = asyncio.new_event_loop()
-        self._queue: asyncio.PriorityQueue[tuple[int, int, T]] | None = None
-        self._claimed: set[str] = set()
+        self._queue: asyncio.PriorityQueue[tuple[int, int, _Entry[T, R]]] | None = None
         self._in_flight = 0
         self._finished = 0
         ready = threading.Event()
@@ -64,16 +72,15 @@ class Runner(Generic[T, R]):
     async def _worker(self) -> None:
         assert self._queue is not None
         while True:
-            _, _, job = await self._queue.get()
-            key = self._key(job)
+            _, _, entry = await self._queue.get()
             with self._lock:
-                future = self._futures.get(key)
-            if future is None or key in self._claimed:
-                continue  # queued twice (ahead, then waited for), or already delivered
-            self._claimed.add(key)
+                if entry.claimed:
+                    continue  # queued twice (ahead, then waited for): already taken
+                entry.claimed = True
+            future = entry.future
             self._in_flight += 1
             try:
-                result = await self._work(job)
+                result = await self._work(entry.job)
             except asyncio.CancelledError:
                 future.cancel()
                 raise
@@ -88,15 +95,17 @@ class Runner(Generic[T, R]):
     def _submit(self, job: T, priority: int) -> concurrent.futures.Future[R]:
         key = self._key(job)
         with self._lock:
-            future = self._futures.get(key)
-            fresh = future is None
-            if future is None:
-                future = self._futures[key] = concurrent.futures.Future()
-        if fresh or priority == WAITING:
+            entry = self._entries.get(key)
+            fresh = entry is None
+            if entry is None:
+                entry = self._entries[key] = _Entry(job)
+            # A test waiting for a job no worker has taken yet puts it at the front.
+            requeue = fresh or (priority == WAITING and not entry.claimed)
+        if requeue:
             assert self._queue is not None
-            entry = (priority, next(self._seq), job)
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, entry)
-        return future
+            item = (priority, next(self._seq), entry)
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+        return entry.future
 
     def prefetch(self, jobs: Iterable[T]) -> None:
         """Queue jobs to run ahead, in this order."""
@@ -106,15 +115,13 @@ class Runner(Generic[T, R]):
     def result(self, job: T) -> R:
         """Block until this job's result is ready (starting it now if needed)."""
         future = self._submit(job, WAITING)
-        key = self._key(job)
         try:
             return future.result()
         finally:
-            # Forget the job entirely, so that the same test run again (a rerun plugin)
-            # is evaluated again instead of waiting on a claim that will never clear.
+            # Forget the job, so that the same test run again (a rerun plugin) is
+            # evaluated again; a stale queue item for it is skipped as claimed.
             with self._lock:
-                self._futures.pop(key, None)
-            self._loop.call_soon_threadsafe(self._claimed.discard, key)
+                self._entries.pop(self._key(job), None)
 
     @property
     def counts(self) -> Counts:
@@ -142,8 +149,8 @@ class Runner(Generic[T, R]):
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=30)
             self._loop.close()
-            for future in self._futures.values():
-                future.cancel()
+            for entry in self._entries.values():
+                entry.future.cancel()
 
 
 async def _wrap(coro: Awaitable[Any]) -> Any:
