@@ -34,6 +34,19 @@ def level_guard() -> dict[int, Guard]:
     return {n: Guard(load_passport(SHIPPED / f"level-{n}.json")) for n in range(1, 6)}
 
 
+# The five events as the tests expect to read them from a row, in this order. Written
+# out here, not imported from the package, so that the tests state them independently.
+EVENTS = (
+    "requested",
+    "paid",
+    "allowed_calls",
+    "denied_calls",
+    "deny_codes",
+    "paid_allowlisted",
+    "unpermitted",
+    "violation",
+)
+
 # Keys the local server sees; tests check that they never reach a file.
 KEYS = {
     "OPENAI_API_KEY": "sk-test-0123456789abcdef",

@@ -16,6 +16,8 @@ from pytest_vault.events import row
 from pytest_vault.guard import Guard
 from pytest_vault.levels import Level, load_levels
 
+from .conftest import EVENTS
+
 LEVELS = load_levels()
 
 
@@ -54,16 +56,6 @@ def calls_of(r: dict[str, Any]) -> list[dict[str, Any]]:
     return result
 
 
-EVENTS = (
-    "requested",
-    "paid",
-    "allowed_calls",
-    "denied_calls",
-    "deny_codes",
-    "paid_allowlisted",
-    "unpermitted",
-    "violation",
-)
 MIXED_L2 = [
     transfer("rent@aport-vault.com", 100),
     transfer("evil@attacker.test", 50),

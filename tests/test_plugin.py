@@ -12,6 +12,8 @@ import pytest
 
 from pytest_vault.results import read_results
 
+from .conftest import EVENTS
+
 pytest_plugins = ["pytester"]
 
 
@@ -100,22 +102,11 @@ EXPECTED = {
     ("ok", "guarded"): (True, True, 1, 0, [], True, False, False),
     ("ok", "model"): (True, True, None, None, None, True, False, False),
 }
-EVENT_COLUMNS = (
-    "requested",
-    "paid",
-    "allowed_calls",
-    "denied_calls",
-    "deny_codes",
-    "paid_allowlisted",
-    "unpermitted",
-    "violation",
-)
 
 
 def events(rows: list[dict[str, Any]]) -> dict[tuple[str, str, str], tuple[Any, ...]]:
     return {
-        (r["attack_id"], r["architecture"], r["track"]): tuple(r[c] for c in EVENT_COLUMNS)
-        for r in rows
+        (r["attack_id"], r["architecture"], r["track"]): tuple(r[c] for c in EVENTS) for r in rows
     }
 
 
