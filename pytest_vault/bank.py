@@ -13,7 +13,6 @@ passport forbids.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -25,10 +24,12 @@ from pytest_vault.guard import (
     Guard,
     Transfer,
     Unreadable,
+    parse_json_object,
     permits_recipient,
     read_transfer,
 )
 from pytest_vault.passport import WILDCARD, Passport
+from pytest_vault.text import json_text, shown
 
 Architecture = Literal["model", "guarded"]
 ARCHITECTURES: tuple[Architecture, ...] = ("model", "guarded")
@@ -159,7 +160,7 @@ class Bank:
             decision = self.enforcer.judge_call(TRANSFER_TOOL, arguments)
             transfer = decision.executes  # exactly what was allowed, never the raw arguments
             if transfer is None:
-                reasons = "; ".join(r.message for r in decision.reasons)
+                reasons = shown("; ".join(r.message for r in decision.reasons))
                 return CallRecord(
                     TRANSFER_TOOL,
                     logged,
@@ -174,7 +175,7 @@ class Bank:
                 # The payment API's own schema: the same strict reading, no policy.
                 transfer = read_transfer(arguments)
             except Exception as exc:  # noqa: BLE001 - unreadable arguments never execute
-                reason = str(exc) if isinstance(exc, Unreadable) else type(exc).__name__
+                reason = shown(exc) if isinstance(exc, Unreadable) else type(exc).__name__
                 result = ToolResult(f"Invalid transfer_funds arguments: {reason}", is_error=True)
                 return CallRecord(TRANSFER_TOOL, logged, result, decision=decision)
         result, executed = self._execute(transfer)
@@ -219,13 +220,13 @@ class Bank:
             "amount": _money(transfer.amount_minor),
             "currency": transfer.currency,
         }
-        return ToolResult(json.dumps(body, ensure_ascii=False)), True
+        return ToolResult(json_text(body)), True
 
     # -- the read-only tools ----------------------------------------------------------------
     def _other(self, name: str, arguments: Any) -> ToolResult:
         if name == "get_balance":
             return ToolResult(
-                json.dumps(
+                json_text(
                     {
                         "account": ACCOUNT,
                         "holder": HOLDER,
@@ -240,34 +241,31 @@ class Bank:
                 for d, p, a, s in self._history[-10:]
             ]
             return ToolResult(
-                json.dumps(
+                json_text(
                     {
                         "account": ACCOUNT,
                         "transactions": rows,
                         "approved_payees": list(self.approved_payees),
-                    },
-                    ensure_ascii=False,
+                    }
                 )
             )
         if name == "verify_recipient":
-            recipient = arguments.get("recipient") if isinstance(arguments, dict) else None
             if isinstance(arguments, str):
-                try:
-                    parsed = json.loads(arguments)
-                    recipient = parsed.get("recipient") if isinstance(parsed, dict) else None
-                except ValueError:
-                    recipient = None
+                try:  # as strictly as transfer_funds: a duplicate recipient is ambiguous
+                    arguments = parse_json_object(arguments)
+                except Unreadable:
+                    arguments = None
+            recipient = arguments.get("recipient") if isinstance(arguments, dict) else None
             if not isinstance(recipient, str):
                 return ToolResult("verify_recipient needs a recipient string", is_error=True)
             approved = recipient in self.approved_payees
             return ToolResult(
-                json.dumps(
+                json_text(
                     {
                         "recipient": recipient,
                         "approved_payee": approved,
                         "status": "verified" if approved else "not_approved",
-                    },
-                    ensure_ascii=False,
+                    }
                 )
             )
         return ToolResult(

@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable, Sequence
-from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
-from pytest_vault.passport import describe
+from pytest_vault.passport import DocumentError, describe, read_json, reason
+from pytest_vault.text import shown
 
 CATEGORIES = (
     "authority_claim",
@@ -34,7 +34,14 @@ NonEmpty = Annotated[StrictStr, Field(min_length=1)]
 
 
 class CorpusError(ValueError):
-    """A corpus line that cannot be used; the message names file, line and field."""
+    """A corpus line that cannot be used; the message names file, line and field.
+
+    The message is made safe here, once: what it quotes from the corpus (a key, an id,
+    a file name) reaches a terminal with its control characters escaped.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(shown(message))
 
 
 class CaseCall(BaseModel):
@@ -68,16 +75,14 @@ class Case(BaseModel):
         return dict(self.model_extra or {})
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
 def read_case(line: str | bytes, source: str) -> Case:
-    """Parse one line. Decimals stay exact (as the guard reads them)."""
+    """Parse one line, as strictly as the guard reads arguments: decimals stay exact, and
+    a duplicate key (at any depth) is an error, since `calls` are passed on as written.
+    """
     try:
-        data = json.loads(line, parse_float=Decimal, parse_constant=_reject_constant)
-    except ValueError as exc:
-        raise CorpusError(f"{source}: invalid JSON: {exc}") from None
+        data = read_json(line)
+    except DocumentError as exc:
+        raise CorpusError(f"{source}: {exc}") from None
     if not isinstance(data, dict):
         raise CorpusError(f"{source}: (root): expected a JSON object")
     try:
@@ -95,8 +100,8 @@ def load_corpus(path: str | Path, seen: dict[str, str] | None = None) -> list[tu
     seen = {} if seen is None else seen
     try:
         lines = path.read_bytes().splitlines()
-    except OSError as exc:
-        raise CorpusError(f"{path}: cannot read: {exc}") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise CorpusError(f"{path}: cannot read: {reason(exc)}") from None
     cases = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -133,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     status = 0
     for name in args:
         try:
-            print(f"{name}: {_counts(case for _, case in load_corpus(name, seen))}")
+            print(f"{shown(name)}: {_counts(case for _, case in load_corpus(name, seen))}")
         except CorpusError as exc:
             print(f"error: {exc}", file=sys.stderr)
             status = 1

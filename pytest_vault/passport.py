@@ -14,12 +14,15 @@ deviations (each marked `DEVIATION` below):
 
 from __future__ import annotations
 
+import codecs
+import hashlib
 import json
 import re
 import warnings
 from datetime import datetime
+from decimal import Decimal
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import (
     BaseModel,
@@ -31,6 +34,8 @@ from pydantic import (
     ValidationError,
     model_validator,
 )
+
+from pytest_vault.text import shown
 
 CHARGE = "payments.charge"
 WILDCARD = "*"
@@ -45,7 +50,14 @@ Minor = Annotated[StrictInt, Field(ge=0)]
 
 
 class PassportError(ValueError):
-    """A passport that cannot be used; the message is one line naming file and field."""
+    """A passport that cannot be used; the message is one line naming file and field.
+
+    The message is made safe here, once: a key, a value or a file name quoted in it
+    reaches a terminal with its control characters and lone surrogates escaped.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(shown(message))
 
 
 class PassportWarning(UserWarning):
@@ -148,7 +160,7 @@ def _field_path(loc: tuple[int | str, ...]) -> str:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            out += f".{part}" if out else str(part)
+            out += f".{shown(part)}" if out else shown(part)
     return out or "(root)"
 
 
@@ -156,13 +168,12 @@ def describe(error: ValidationError) -> str:
     """The first problem of a validation error as `field: message` on one line."""
     first = error.errors()[0]
     loc = tuple(first["loc"])
-    msg = str(first["msg"])
+    msg = shown(re.sub(r"\s+", " ", str(first["msg"])))
     # Errors raised in a model validator carry their own field in the message.
     if not loc and ": " in msg:
-        msg = msg.removeprefix("Value error, ")
-        return re.sub(r"\s+", " ", msg)
+        return msg.removeprefix("Value error, ")
     more = f" (+{len(error.errors()) - 1} more)" if len(error.errors()) > 1 else ""
-    return re.sub(r"\s+", " ", f"{_field_path(loc)}: {msg}{more}")
+    return f"{_field_path(loc)}: {msg}{more}"
 
 
 def passport_from_data(data: Any, source: str = "<passport>") -> Passport:
@@ -187,33 +198,163 @@ def passport_from_data(data: Any, source: str = "<passport>") -> Passport:
 
 def load_passport(path: str | Path) -> Passport:
     """Read and validate a passport file."""
+    return read_passport(path)[0]
+
+
+def read_passport(path: str | Path) -> tuple[Passport, str]:
+    """Read and validate a passport file, with the digest of the very bytes parsed.
+
+    So what is recorded as enforced is what is enforced, whatever the file holds later.
+    """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PassportError(f"{path}: cannot read: {exc}") from None
+        data = path.read_bytes()
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise PassportError(f"{path}: cannot read: {reason(exc)}") from None
     try:
-        data = json.loads(text, object_pairs_hook=unique_keys)
-    except json.JSONDecodeError as exc:
-        raise PassportError(f"{path}: line {exc.lineno}: invalid JSON: {exc.msg}") from None
-    except DuplicateKey as exc:
-        raise PassportError(f"{path}: {exc}") from None
-    except (ValueError, RecursionError) as exc:
-        raise PassportError(f"{path}: unreadable JSON: {exc}"[:300]) from None
-    return passport_from_data(data, str(path))
+        value = read_json(data)
+    except DocumentError as exc:
+        raise PassportError(f"{exc.where(str(path))}: {exc}") from None
+    return passport_from_data(value, str(path)), sha256(data)
+
+
+def sha256(data: bytes) -> str:
+    return f"sha256:{hashlib.sha256(data).hexdigest()}"
+
+
+def reason(error: OSError | ValueError) -> str:
+    """Why a file cannot be read, in words: "No such file or directory", not a repr."""
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    return str(error)
 
 
 class DuplicateKey(ValueError):
     """A JSON object with one key twice: which value was meant cannot be known."""
 
 
+def _duplicate(pairs: list[tuple[str, Any]]) -> str:
+    """The problem with `pairs`, which hold a key twice: that key, quoted safely (repr
+    escapes what is not printable: ESC, a lone surrogate)."""
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            return f"duplicate key {key!r}"
+        seen.add(key)
+    raise AssertionError("no duplicate key")  # pragma: no cover - called with one
+
+
 def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """`object_pairs_hook` refusing duplicate keys, which `json` would let the last win."""
     out = dict(pairs)
     if len(out) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise DuplicateKey(f"{key}: duplicate key")
-            seen.add(key)
+        raise DuplicateKey(_duplicate(pairs))
     return out
+
+
+# -- strict JSON documents (passports, corpus lines) ---------------------------------------
+
+# Passports and corpus lines nest a handful of levels; a fixed bound (far below the
+# interpreter's recursion limit) gives the same answer wherever the file is read.
+MAX_DEPTH = 32
+_TOO_DEEP = f"nested too deeply (more than {MAX_DEPTH} levels)"
+
+
+class DocumentError(ValueError):
+    """A JSON or TOML document that cannot be read: `field: problem` in words.
+
+    `line` is the line of the document when known; `where` puts it after the source.
+    """
+
+    def __init__(self, message: str, line: int | None = None) -> None:
+        super().__init__(message)
+        self.line = line
+
+    def where(self, source: str) -> str:
+        return source if self.line is None else f"{source}:{self.line}"
+
+
+class _Bad(NamedTuple):
+    """Stands in the parsed tree for a value that cannot be used, so its field is named."""
+
+    problem: str
+
+
+def _number(text: str) -> Decimal | _Bad:
+    try:
+        return Decimal(text)
+    except ArithmeticError:  # an exponent beyond what Decimal can hold
+        return _Bad("number out of range")
+
+
+def _integer(text: str) -> int | _Bad:
+    try:
+        return int(text)
+    except ValueError:  # more digits than `int` reads from text
+        return _Bad("number out of range")
+
+
+def _constant(name: str) -> _Bad:
+    return _Bad(f"{name} is not valid JSON")
+
+
+def _marked_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any] | _Bad:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        return _Bad(_duplicate(pairs))
+    return out
+
+
+_READER = json.JSONDecoder(
+    parse_float=_number,
+    parse_int=_integer,
+    parse_constant=_constant,
+    object_pairs_hook=_marked_keys,
+)
+
+
+def utf8(data: bytes) -> str:
+    """Strict UTF-8 text, or a `DocumentError` naming the line and column of the bad byte.
+
+    A leading byte order mark (some editors write one) is not part of the text.
+    """
+    start = 3 if data.startswith(codecs.BOM_UTF8) else 0
+    try:
+        return data[start:].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad = start + exc.start
+        line_start = data.rfind(b"\n", 0, bad) + 1
+        raise DocumentError(
+            f"not valid UTF-8: byte 0x{data[bad]:02x} at column {bad - line_start + 1}",
+            data.count(b"\n", 0, bad) + 1,
+        ) from None
+
+
+def read_json(document: str | bytes) -> Any:
+    """Strict JSON: exact decimals; duplicate keys, NaN, numbers out of range and deep
+    nesting refused. Any problem is a `DocumentError`: the first in document order (an
+    object before what it holds), with its field.
+    """
+    text = utf8(document) if isinstance(document, bytes) else document
+    try:
+        value = _READER.decode(text)
+    except json.JSONDecodeError as exc:
+        problem = exc.msg.removesuffix(" at")  # "Unterminated string starting at"
+        raise DocumentError(f"invalid JSON: {problem} at column {exc.colno}", exc.lineno) from None
+    except RecursionError:
+        raise DocumentError(_TOO_DEEP) from None
+    # Walk the tree in document order, without recursion: the first marked value names
+    # its field; nesting beyond MAX_DEPTH is refused before it is walked.
+    stack: list[tuple[Any, tuple[int | str, ...]]] = [(value, ())]
+    while stack:
+        node, loc = stack.pop()
+        kind = type(node)
+        if kind is _Bad:
+            raise DocumentError(f"{_field_path(loc)}: {node.problem}")
+        if kind is not dict and kind is not list:
+            continue
+        if len(loc) >= MAX_DEPTH:
+            raise DocumentError(_TOO_DEEP)
+        children = node.items() if kind is dict else enumerate(node)
+        stack.extend(reversed([(child, (*loc, key)) for key, child in children]))
+    return value

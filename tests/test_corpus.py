@@ -40,7 +40,7 @@ def corpus_file(tmp_path: Path, *lines: object) -> Path:
         (({**GOOD, "calls": [{"arguments": {}}]},), ":1: calls[0].name: Field required"),
         (({**GOOD, "calls": [{"name": "x", "arguments": 5}]},), ":1: calls[0].arguments"),
         ((GOOD, {**GOOD, "id": "a2"}, GOOD), ":3: id: duplicate id 'a1' (first at "),
-        (('{"id": "a", "level": NaN}',), ":1: invalid JSON: NaN is not valid JSON"),
+        (('{"id": "a", "level": NaN}',), ":1: level: NaN is not valid JSON"),
     ],
 )
 def test_bad_lines_name_file_line_and_field(

@@ -1,0 +1,88 @@
+"""The rules for text that leaves pytest-vault: one place, used by every writer.
+
+Corpus lines and model answers are hostile: they can carry ESC and BEL, bidi
+overrides, and lone surrogates (`"\\ud800"` is valid JSON but not valid UTF-8). So:
+
+* `shown` is the one rule for human-facing output (terminal, summary, progress lines,
+  failure messages, test ids, JUnit properties, HTML, CSV, error messages): every
+  character that is not printable (controls, format and invisible characters, lone
+  surrogates) becomes a Python-style backslash escape, `\\x1b`, `\\u202e`, `\\ud800`.
+* `stored` is for machine-facing text columns (Parquet): exact when it is valid
+  UTF-8; lone surrogates become backslash escapes, which is all that cannot be stored.
+* `json_text` is JSON that is exact and valid UTF-8: non-ASCII stays readable, and a
+  lone surrogate stays the `\\uXXXX` escape it arrived as, so it reads back the same.
+* `scrub_url` drops userinfo, query and fragment: what may hold a secret.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+from urllib.parse import urlsplit
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
+
+
+def _escape(char: str) -> str:
+    return repr(char)[1:-1]
+
+
+def shown(value: object) -> str:
+    """Text for people: non-printable characters as backslash escapes."""
+    text = value if type(value) is str else str(value)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _escape(c) for c in text)
+
+
+def valid_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def stored(text: str) -> str:
+    """Text for a UTF-8 column: exact, but for lone surrogates (backslash escapes)."""
+    if valid_utf8(text):
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
+def utf8_json(text: str) -> str:
+    """JSON text made valid UTF-8, exactly: lone surrogates as their `\\uXXXX` escapes.
+
+    A surrogate can only stand inside a JSON string (a key or a value), where its
+    escape is valid JSON that decodes to the very same character.
+    """
+    return text if valid_utf8(text) else _SURROGATE.sub(_json_escape, text)
+
+
+def json_text(value: Any, **dumps: Any) -> str:
+    """`json.dumps(value, ensure_ascii=False)` that is always valid UTF-8, and exact."""
+    return utf8_json(json.dumps(value, ensure_ascii=False, **dumps))
+
+
+def scrub_url(url: str) -> str:
+    """`scheme://host:port/path`: no userinfo, no query string, no fragment."""
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname or "", parts.port
+    except ValueError:
+        return "[unreadable URL]"
+    if ":" in host:  # an IPv6 literal goes back in brackets
+        host = f"[{host}]"
+    netloc = f"{host}:{port}" if port is not None else host
+    return shown(f"{parts.scheme}://{netloc}{parts.path}" if parts.scheme else parts.path)
+
+
+def scrub_urls(text: str) -> str:
+    """Every URL in a message (an SDK's error, say) scrubbed as `scrub_url` does."""
+    return _URL.sub(lambda m: scrub_url(m.group()), text)
