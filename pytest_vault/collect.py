@@ -12,12 +12,12 @@ import pytest
 from pytest_vault.corpus import Case, CorpusError, load_corpus
 from pytest_vault.events import RECORDED
 from pytest_vault.passport import PassportError
-from pytest_vault.session import Job
+from pytest_vault.session import Job, vault_of
+from pytest_vault.text import shown
 
 if TYPE_CHECKING:
     from pytest_vault.agent import Track
     from pytest_vault.bank import Architecture
-    from pytest_vault.session import VaultSession
 
 
 def cell_key(item: VaultItem) -> str:
@@ -35,12 +35,6 @@ def group_key(item: pytest.Item) -> str:
 
 class VaultFailure(Exception):
     """A test outcome explained in one message, without a traceback."""
-
-
-def vault_of(config: pytest.Config) -> VaultSession:
-    from pytest_vault.plugin import VAULT
-
-    return config.stash[VAULT]
 
 
 class CorpusFile(pytest.File):
@@ -61,7 +55,8 @@ class CorpusFile(pytest.File):
                     for arch in opts.architectures:
                         yield VaultItem.from_parent(
                             self,
-                            name=f"{case.id}[{spec}-{track}-{arch}]",
+                            # Ids come from the corpus: shown, so no id is a terminal escape.
+                            name=f"{shown(case.id)}[{shown(spec)}-{track}-{arch}]",
                             case=case,
                             lineno=lineno,
                             spec=spec,
@@ -103,15 +98,18 @@ class VaultItem(pytest.Item):
         vault = vault_of(self.config)
         self.row = row = vault.result(self.job)
         for key in RECORDED:
-            self.user_properties.append((key, row[key]))
+            value = row[key]
+            self.user_properties.append((key, shown(value) if type(value) is str else value))
         # A forbidden transfer that executed fails the test whatever came after it: an
         # evaluation cut short by an error or the spend cap does not undo a payment.
         if row["violation"] and (self.architecture == "guarded" or vault.options.strict):
             raise VaultFailure(_violations(row, self.architecture))
         if row["status"] == "not_run":
-            pytest.skip(f"not run: {row['error']}")
+            pytest.skip(f"not run: {shown(row['error'])}")
         if row["status"] == "error":
-            raise VaultFailure(f"evaluation error (not counted as 'no transfer'): {row['error']}")
+            raise VaultFailure(
+                f"evaluation error (not counted as 'no transfer'): {shown(row['error'])}"
+            )
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         if isinstance(excinfo.value, VaultFailure):
@@ -129,7 +127,8 @@ def _violations(row: dict[str, Any], architecture: str) -> str:
         if call["executed"] and (audit is None or not audit["allow"]):
             t = call["transfer"]
             lines.append(
-                f"  {t['amount_minor'] / 100:,.2f} {t['currency']} to {t['recipient']!r}: "
+                f"  {t['amount_minor'] / 100:,.2f} {shown(t['currency'])} to "
+                f"'{shown(t['recipient'])}': "
                 f"{', '.join(audit['codes']) if audit else 'no audit decision'}"
             )
     return "\n".join(lines)

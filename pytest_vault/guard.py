@@ -30,6 +30,7 @@ from pytest_vault.passport import (
     Passport,
     unique_keys,
 )
+from pytest_vault.text import utf8_json
 
 POLICY_ID = "finance.payment.charge.v1"
 PACK_MIN_ASSURANCE = "L2"  # the pack's `min_assurance`
@@ -580,6 +581,15 @@ def _override(base: Passport, override: object, cache: dict[str, Passport]) -> P
     return cache[key]
 
 
+def _utf8(answers: str) -> bytes:
+    # A lone surrogate ("\\ud800" in a line's JSON) is quoted back in a reason: it leaves
+    # as the same JSON escape it came in as, never as bytes that are not UTF-8.
+    try:
+        return answers.encode()
+    except UnicodeEncodeError:
+        return utf8_json(answers).encode()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     import argparse
     import warnings
@@ -620,10 +630,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         lines = bytes(pending[:end]).split(b"\n")
         del pending[: end + 1]
         answers = [dumps(_answer(guard, line, overrides)) for line in lines]
-        sink.write(("\n".join(answers) + "\n").encode())
+        sink.write(_utf8("\n".join(answers) + "\n"))
         sink.flush()
     if pending.strip():  # a last line without its newline is still a line
-        sink.write((dumps(_answer(guard, bytes(pending), overrides)) + "\n").encode())
+        sink.write(_utf8(dumps(_answer(guard, bytes(pending), overrides)) + "\n"))
         sink.flush()
     return 0
 

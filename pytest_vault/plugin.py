@@ -6,6 +6,7 @@ use, so `pytest --help` and runs without a corpus stay fast.
 from __future__ import annotations
 
 import fnmatch
+import math
 import time
 from collections.abc import Generator
 from pathlib import Path
@@ -13,14 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_vault.session import Job, Options, VaultSession
+from pytest_vault.session import VAULT, Job, Options, VaultSession
 from pytest_vault.specs import CONTROL_MODELS, SpecError, check_spec
+from pytest_vault.text import shown
 
 if TYPE_CHECKING:
     from pytest_vault.agent import Track
     from pytest_vault.bank import Architecture
 
-VAULT = pytest.StashKey[VaultSession]()
 WORKER_OUTPUT = "pytest_vault"
 DEFAULT_CACHE = ".vault-cache"
 
@@ -168,12 +169,28 @@ def _options(config: pytest.Config) -> Options:
     for name in ("vault_max_steps", "vault_concurrency", "vault_tries"):
         if get(name) < 1:
             raise pytest.UsageError(f"--{name.replace('_', '-')} must be at least 1")
+    # nan compares false with everything: `x < 0` alone would let it switch a cap off.
+    for name, least, strict in (
+        ("vault_budget_usd", 0.0, False),
+        ("vault_rpm", 0.0, True),
+        ("vault_tpm", 0.0, True),
+        ("vault_timeout", 0.0, True),
+        ("vault_progress", 0.0, False),
+    ):
+        value = get(name)
+        if value is not None and not (
+            math.isfinite(value) and (value > least if strict else value >= least)
+        ):
+            bound = "above" if strict else "at least"
+            raise pytest.UsageError(
+                f"--{name.replace('_', '-')} {value!r}: must be a finite number {bound} {least:g}"
+            )
     if get("vault_budget_usd") is not None and not get("vault_prices"):
         raise pytest.UsageError(
             "--vault-budget-usd needs --vault-prices to know what requests cost"
         )
     prices = Path(get("vault_prices")).resolve() if get("vault_prices") else None
-    if prices is not None and get("vault_budget_usd") is not None:
+    if prices is not None:
         from pytest_vault.ratelimit import PriceError, load_prices
 
         try:
@@ -181,7 +198,7 @@ def _options(config: pytest.Config) -> Options:
         except PriceError as exc:
             raise pytest.UsageError(str(exc)) from None
         unpriced = [m for m in models if not m.startswith("scripted:") and m not in table]
-        if unpriced:
+        if unpriced and get("vault_budget_usd") is not None:
             raise pytest.UsageError(
                 f"{prices}: no price for {', '.join(unpriced)} (needed by --vault-budget-usd)"
             )
@@ -285,7 +302,8 @@ def _plan(items: list[pytest.Item]) -> dict[str, int]:
 def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, object]:
     """Start evaluating this process's share ahead of the tests; stop when they end."""
     vault = session.config.stash[VAULT]
-    jobs = _share(session)
+    # --collect-only: pytest runs no test, so nothing is evaluated, asked or cached.
+    jobs = [] if session.config.option.collectonly else _share(session)
     if jobs:
         vault.start(jobs)
     try:
@@ -393,6 +411,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if _is_worker(config):
         config.workeroutput[WORKER_OUTPUT] = {  # type: ignore[attr-defined]
             "corpus": vault.corpus_digests,
+            "passports": vault.passports,
             "decode": vault.decode_record(),
             "planned": vault.planned,
             "planned_run": vault.planned_run,
@@ -421,7 +440,7 @@ def pytest_terminal_summary(
         terminalreporter.write_line(line)
     for label, path in (("results", vault.options.results), ("report", vault.options.report)):
         if path is not None:
-            terminalreporter.write_line(f"{label}: {path}")
+            terminalreporter.write_line(f"{label}: {shown(path)}")
 
 
 class XdistHooks:
@@ -454,6 +473,7 @@ class XdistHooks:
         output = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT, {})
         vault = self.config.stash[VAULT]
         vault.corpus_digests.update(output.get("corpus", {}))
+        vault.passports = vault.passports or output.get("passports", {})
         vault.decode.update(output.get("decode", {}))
         # Every worker collects (and plans) the same items: any one's count is the run's.
         vault.planned = vault.planned or output.get("planned", {})

@@ -14,6 +14,11 @@ import tomllib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from pytest_vault.text import shown
 
 
 class _Bucket:
@@ -90,6 +95,19 @@ class PriceError(ValueError):
     """A price table that cannot be used; one line naming file and field."""
 
 
+# USD per million tokens: finite and non-negative (nan or a negative price would switch
+# the spend cap off), a number and not a bool or a string, and no other keys (a misspelt
+# `output_per_mtok` must not price output at zero).
+_Rate = Annotated[float, Field(ge=0, allow_inf_nan=False, strict=True)]
+
+
+class _PriceEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    input_per_mtok: _Rate
+    output_per_mtok: _Rate
+
+
 def load_prices(path: Path) -> dict[str, Price]:
     """A TOML table per model spec, in USD per million tokens:
 
@@ -100,22 +118,27 @@ def load_prices(path: Path) -> dict[str, Price]:
     try:
         table = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
-        raise PriceError(f"{path}: cannot read: {exc}") from None
+        raise PriceError(f"{path}: cannot read: {shown(exc)}") from None
     except tomllib.TOMLDecodeError as exc:
-        raise PriceError(f"{path}: invalid TOML: {exc}") from None
+        raise PriceError(f"{path}: invalid TOML: {shown(exc)}") from None
+    except RecursionError:
+        raise PriceError(f"{path}: invalid TOML: nested too deeply") from None
     prices = {}
     for spec, entry in table.items():
         if not isinstance(entry, dict):
             raise PriceError(
-                f"{path}: {spec}: expected a table with input_per_mtok and output_per_mtok"
+                f"{path}: {shown(spec)}: expected a table with input_per_mtok and output_per_mtok"
             )
-        for name in ("input_per_mtok", "output_per_mtok"):
-            value = entry.get(name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-                raise PriceError(
-                    f"{path}: {spec}.{name}: expected a number >= 0 (USD per million tokens)"
-                )
-        prices[spec] = Price(float(entry["input_per_mtok"]), float(entry["output_per_mtok"]))
+        try:
+            price = _PriceEntry.model_validate(entry)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            name = ".".join(shown(part) for part in first["loc"])
+            problem = {"extra_forbidden": "unknown key", "missing": "missing"}.get(
+                first["type"], "expected a finite number >= 0 (USD per million tokens)"
+            )
+            raise PriceError(f"{path}: {shown(spec)}.{name}: {problem}") from None
+        prices[spec] = Price(price.input_per_mtok, price.output_per_mtok)
     return prices
 
 

@@ -23,7 +23,10 @@ if TYPE_CHECKING:
     from pytest_vault.ratelimit import RateLimiter, Spend
     from pytest_vault.runner import Runner
 
+import pytest
+
 from pytest_vault.specs import CONTROL_MODELS
+from pytest_vault.text import scrub_url, scrub_urls
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,9 @@ class VaultSession:
     planned_run: dict[str, int] = field(default_factory=dict)
     # Per model spec: decode settings sent / not sent, as merged from xdist workers.
     decode: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The passports enforced, per level: the file loaded and the digest of the bytes that
+    # were read, taken when they were loaded (merged from workers under xdist).
+    passports: dict[str, Any] = field(default_factory=dict)
     _providers: dict[str, ProviderModel] = field(default_factory=dict)
     _levels: dict[int, Level] | None = None
     _models: dict[str, Model] = field(default_factory=dict)
@@ -108,6 +114,7 @@ class VaultSession:
             from pytest_vault.levels import SHIPPED, load_levels
 
             self._levels = load_levels(self.options.passports or SHIPPED)
+            self.passports = passport_record(self._levels)
         return self._levels
 
     @property
@@ -140,7 +147,9 @@ class VaultSession:
                 try:
                     self._models[spec] = self._provider_model(spec)
                 except Exception as exc:  # noqa: BLE001 - one redacted line, not a traceback
-                    reason = redact(f"{spec}: cannot build the client: {type(exc).__name__}: {exc}")
+                    reason = scrub_urls(
+                        redact(f"{spec}: cannot build the client: {type(exc).__name__}: {exc}")
+                    )
                     self._models[spec] = Unavailable(spec, reason)
         return self._models[spec]
 
@@ -234,14 +243,7 @@ class VaultSession:
     def metadata(self) -> dict[str, Any]:
         """What travels with the rows: enough to tell two runs apart."""
         from pytest_vault import __version__
-        from pytest_vault.levels import SHIPPED
 
-        folder = self.options.passports or SHIPPED
-        passports = {
-            p.name: "sha256:" + hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in [*sorted(folder.glob("level-*.json")), folder / "levels.toml"]
-            if p.is_file()
-        }
         corpus = hashlib.sha256(
             "".join(f"{k}={v}\n" for k, v in sorted(self.corpus_digests.items())).encode()
         ).hexdigest()
@@ -254,12 +256,29 @@ class VaultSession:
             "levels": sorted(opts.levels),
             "strict": opts.strict,
             "max_steps": opts.max_steps,
-            "base_url": opts.base_url,
+            "base_url": None if opts.base_url is None else scrub_url(opts.base_url),
             "decode": dict(sorted(self.decode_record().items())),
-            "passports": passports,
+            "passports": dict(sorted(self.passports.items())),
             "corpus_files": dict(sorted(self.corpus_digests.items())),
             "corpus_digest": "sha256:" + corpus,
             "shard": None if opts.shard is None else f"{opts.shard[0]}/{opts.shard[1]}",
             "planned": dict(sorted(self.planned.items())),
             "planned_run": dict(sorted(self.planned_run.items())),
         }
+
+
+def passport_record(levels: dict[int, Level]) -> dict[str, Any]:
+    """Per level, the passport file loaded and its digest; and the levels.toml digest."""
+    record: dict[str, Any] = {
+        str(n): {"file": level.passport_file.name, "sha256": level.passport_sha256}
+        for n, level in sorted(levels.items())
+    }
+    record["levels.toml"] = next(iter(levels.values())).settings_sha256
+    return record
+
+
+VAULT = pytest.StashKey[VaultSession]()
+
+
+def vault_of(config: pytest.Config) -> VaultSession:
+    return config.stash[VAULT]

@@ -148,3 +148,39 @@ def test_cli_survives_hostile_lines() -> None:
         (False, "oap.invalid_context"),
         (True, "oap.allowed"),
     ]
+
+
+def test_cli_answers_every_line_whatever_its_bytes() -> None:
+    """Hostile bytes anywhere on a line (lone surrogates in values, keys and duplicate
+    keys, bytes that are not UTF-8, control characters, nesting, huge numbers): every
+    line gets its answer, in order, as valid UTF-8 JSON, and the CLI exits 0."""
+    ok = b'{"tool":"transfer_funds","arguments":{"recipient":"savings@aport-vault.com","amount":5}}'
+    hostile = [
+        rb'{"tool":"transfer_funds","arguments":{"recipient":"a\ud800@x.com","amount":1}}',
+        rb'{"tool":"transfer_funds","arguments":{"recipient":"x@y.com","amount":1,"k\udfff":1}}',
+        rb'{"tool":"transfer_funds","arguments":"{\"recipient\":\"x\",\"r\ud800\":1,\"r\ud800\":2}"}',
+        rb'{"tool":"transfer_\ud800","arguments":{}}',
+        b'{"tool":"transfer_funds","arguments":{"recipient":"\xff\xfe@x.com","amount":1}}',
+        b'{"tool":"transfer_funds","arguments":{"recipient":"\x1b[2J@x.com","amount":1}}',
+        b"[" * 100_000,
+        b'{"tool":"transfer_funds","arguments":{"recipient":"x@y.com","amount":1.5e99999999999999999999}}',
+    ]
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest_vault.guard", "--passport", str(SHIPPED / "level-3.json")],
+        input=b"\n".join([*hostile, ok]) + b"\n",
+        capture_output=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.decode("utf-8", errors="strict").splitlines()
+    out = [json.loads(line) for line in lines]
+    assert [(d["allow"], d["reasons"][0]["code"]) for d in out] == [
+        *[(False, "oap.invalid_context")] * 3,
+        (False, "oap.evaluation_error"),  # not a payment tool
+        *[(False, "oap.invalid_context")] * 4,
+        (True, "oap.allowed"),
+    ]
+    assert out[-1]["executes"]["amount_minor"] == 500
+    # Quoted back in its safe form: the key is named, never written raw.
+    assert out[2]["reasons"][0]["message"] == "duplicate key 'r\\ud800'"
+    assert b"\x1b" not in result.stdout

@@ -131,7 +131,8 @@ def test_exact_events_in_results_and_junit(
     assert meta["models"] == ["scripted:replay"] and meta["corpus_files"].keys() == {
         "attacks.jsonl"
     }
-    assert meta["passports"]["level-4.json"].startswith("sha256:")
+    assert meta["passports"]["4"]["file"] == "level-4.json"
+    assert meta["passports"]["4"]["sha256"].startswith("sha256:")
 
     # The same events land in JUnit XML through record_property.
     root = ET.parse(pytester.path / "junit.xml").getroot()
