@@ -309,8 +309,16 @@ def parse_json_object(text: str | bytes) -> dict[str, Any]:
         # {"recipient": "ok", "recipient": "evil"}: which one did the model mean?
         raise Unreadable(str(exc)) from None
     # ArithmeticError: a number Decimal cannot hold (an exponent out of range).
-    except (ValueError, ArithmeticError, RecursionError) as exc:
-        raise Unreadable(f"not valid JSON: {type(exc).__name__}: {exc}"[:200]) from None
+    except ArithmeticError:
+        raise Unreadable("not valid JSON: number out of range") from None
+    except RecursionError:
+        raise Unreadable("not valid JSON: nested too deeply") from None
+    except json.JSONDecodeError as exc:
+        problem = exc.msg.removesuffix(" at")  # "Invalid control character at"
+        raise Unreadable(f"not valid JSON: {problem} at column {exc.colno}") from None
+    except ValueError as exc:  # bytes that are not UTF-8; an integer of too many digits
+        problem = "not UTF-8" if isinstance(exc, UnicodeDecodeError) else "number out of range"
+        raise Unreadable(f"not valid JSON: {problem}") from None
     if not isinstance(value, dict):
         raise Unreadable(f"expected a JSON object, got {type(value).__name__}")
     return value

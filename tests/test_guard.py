@@ -452,3 +452,28 @@ def test_expired_passport_denies() -> None:
     assert g.check_call(
         "transfer_funds", {"recipient": "rent@aport-vault.com", "amount": 1}
     ).codes == (PASSPORT_EXPIRED,)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ("[" * 100_000, "not valid JSON: nested too deeply"),
+        (
+            '{"recipient": "a", "amount": 1.5e99999999999999999999}',
+            "not valid JSON: number out of range",
+        ),
+        ('{"recipient": "a", "amount": ' + "9" * 5000 + "}", "not valid JSON: number out of range"),
+        (b'{"recipient": "\xff"}', "not valid JSON: not UTF-8"),
+        ('{"recipient": "a", "amount": ', "not valid JSON: Expecting value at column 30"),
+        ('{"recipient": "a", "amount": NaN}', "NaN is not a JSON number"),
+        ('{"recipient": "a", "recipient": "b"}', "duplicate key 'recipient'"),
+        ('{"recipient": "a", "\\u001b": 1, "\\u001b": 2}', "duplicate key '\\x1b'"),
+        ('{"recipient": "\x1b"}', "not valid JSON: Invalid control character at column 16"),
+    ],
+)
+def test_every_unreadable_argument_text_is_denied_in_words(
+    level_guard: dict[int, Guard], raw: str | bytes, message: str
+) -> None:
+    decision = level_guard[3].judge_call("transfer_funds", raw)
+    assert (decision.allow, decision.codes) == (False, ("oap.invalid_context",))
+    assert decision.reasons[0].message == message
