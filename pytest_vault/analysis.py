@@ -19,22 +19,42 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pytest_vault.results import ResultsError, read_calls
 from pytest_vault.stats import benjamini_hochberg, rule_of_three, zero_bound
 
 SEED = 20260915
 RESAMPLES = 1500
 LEVEL_GROUPS = (("2-4", (2, 3, 4)), ("1", (1,)), ("5", (5,)))
 EVENTS = ("requested", "paid", "paid_allowlisted", "unpermitted")
+# The canonical order of rows: sessions first, as the bootstrap resamples them.
+ORDER = ("session", "attack_id", "model", "track", "architecture")
 Table = list[dict[str, Any]]
+TITLES = {
+    "requests_by_level": "Requests by level and architecture (attacks)",
+    "stages": "The five stages (attacks): Levels 2-4, and Levels 1 and 5 apart",
+    "model_rates": "Per-model request rates on identical inputs",
+    "matched_pairs": "Matched pairs: same model, attack and track in both architectures",
+    "guard_decisions": "Guard decisions by level (guarded)",
+    "unpermitted_by_category": "Unpermitted transfers by category and track (Levels 2-4)",
+    "concentration": "Concentration: sessions behind the unpermitted transfers (Levels 2-4)",
+    "reach": "Reach: attacks that defeated exactly k models (model alone)",
+    "benign": "Benign requests: completed behind the guard and model alone",
+    "coverage": "Coverage: planned, completed, error and not-run evaluations per cell",
+}
 
 
 class Columns:
-    """The rows as numpy columns: strings dictionary-encoded (codes + labels)."""
+    """The rows as numpy columns, in a canonical order; strings as codes into sorted labels.
+
+    Codes rank the labels (code 0 is the smallest label), and rows are sorted by
+    `ORDER`: so every table, and every resample, is a function of the set of rows,
+    whatever order the files, shards or rows came in.
+    """
 
     def __init__(self, table: pa.Table) -> None:
         self.n = table.num_rows
         self._masks: dict[tuple[str, str], np.ndarray] = {}
-        self.codes: dict[str, np.ndarray] = {}
+        codes: dict[str, np.ndarray] = {}
         self.labels: dict[str, list[str]] = {}
         for name in (
             "attack_id",
@@ -46,18 +66,23 @@ class Columns:
             "model",
             "status",
         ):
-            encoded = pc.dictionary_encode(table[name]).combine_chunks()
-            self.codes[name] = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-            self.labels[name] = [str(x) for x in encoded.dictionary.to_pylist()]
-        self.level = table["level"].to_numpy().astype(np.int64)
-        self.requested = _bools(table["requested"])
-        self.paid = _bools(table["paid"])
-        self.paid_allowlisted = _bools(table["paid_allowlisted"])
-        self.unpermitted = _bools(table["unpermitted"])
-        self.completed_benign = _bools(table["completed"])
-        self.denied_calls = _ints(table["denied_calls"])
-        self.allowed_calls = _ints(table["allowed_calls"])
-        self.table = table
+            codes[name], self.labels[name] = _encode(table[name])
+        # np.lexsort's last key is the primary one.
+        self.order = np.lexsort([codes[k] for k in reversed(ORDER)]) if self.n else np.arange(0)
+        self.codes = {name: c[self.order] for name, c in codes.items()}
+        self.level = table["level"].to_numpy().astype(np.int64)[self.order]
+        self.requested = _bools(table["requested"])[self.order]
+        self.paid = _bools(table["paid"])[self.order]
+        self.paid_allowlisted = _bools(table["paid_allowlisted"])[self.order]
+        self.unpermitted = _bools(table["unpermitted"])[self.order]
+        self.completed_benign = _bools(table["completed"])[self.order]
+        self.denied_calls = _ints(table["denied_calls"])[self.order]
+        self.allowed_calls = _ints(table["allowed_calls"])[self.order]
+        self.table = table  # in the order it came: `take` maps sorted rows to it
+
+    def take(self, name: str, rows: np.ndarray) -> pa.ChunkedArray:
+        """The Arrow column `name` at sorted row positions `rows`, in that order."""
+        return self.table[name].take(pa.array(self.order[rows], pa.int64()))
 
     def mask(self, name: str, value: str) -> np.ndarray:
         key = (name, value)
@@ -71,7 +96,18 @@ class Columns:
 
     def values(self, name: str, where: np.ndarray | None = None) -> list[str]:
         codes = self.codes[name] if where is None else self.codes[name][where]
-        return sorted(self.labels[name][i] for i in np.unique(codes))
+        return [self.labels[name][i] for i in np.unique(codes)]
+
+
+def _encode(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
+    """Codes and sorted labels: code i stands for the i-th smallest label."""
+    encoded = pc.dictionary_encode(column).combine_chunks()
+    found = [str(x) for x in encoded.dictionary.to_pylist()]
+    rank = sorted(range(len(found)), key=found.__getitem__)
+    remap = np.empty(len(found), dtype=np.int64)
+    remap[rank] = np.arange(len(found))
+    indices = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    return remap[indices], [found[i] for i in rank]
 
 
 def _bools(column: pa.ChunkedArray) -> np.ndarray:
@@ -97,7 +133,11 @@ class Bootstrap:
     def draws(
         self, numerator: np.ndarray, denominator: np.ndarray, sessions: np.ndarray
     ) -> np.ndarray:
-        """Resampled ratios sum(num)/sum(den), resampling sessions with replacement."""
+        """Resampled ratios sum(num)/sum(den), resampling sessions with replacement.
+
+        Sessions are indexed in the sorted order of their codes, which `Columns` makes
+        the sorted order of their labels: the draws depend on the set of rows only.
+        """
         codes, inverse = np.unique(sessions, return_inverse=True)
         num = np.bincount(inverse, weights=numerator, minlength=len(codes))
         den = np.bincount(inverse, weights=denominator, minlength=len(codes))
@@ -116,6 +156,8 @@ class Bootstrap:
             return Interval(None, None)
         draws = self.draws(numerator, denominator, sessions)
         draws = draws[~np.isnan(draws)]
+        if len(draws) == 0:  # every resample drew only sessions with no evaluation
+            return Interval(None, None)
         low, high = np.percentile(draws, [2.5, 97.5])
         return Interval(float(low), float(high))
 
@@ -328,7 +370,6 @@ class Analysis:
     def guard_decisions(self) -> Table:
         c, out = self.cols, []
         guarded = self.done & c.mask("architecture", "guarded")
-        codes = self.cols.table["deny_codes"]
         for level in sorted(set(c.level[guarded].tolist())):
             where = guarded & (c.level == level)
             allowed, denied = int(c.allowed_calls[where].sum()), int(c.denied_calls[where].sum())
@@ -338,7 +379,7 @@ class Analysis:
                 "allowed": allowed,
                 "denied": denied,
             }
-            flat = pc.list_flatten(codes.filter(pa.array(where)))
+            flat = pc.list_flatten(c.take("deny_codes", np.flatnonzero(where)))
             counts = pc.value_counts(flat).to_pylist() if len(flat) else []
             row["denials_by_code"] = {
                 x["values"]: x["counts"]
@@ -454,7 +495,7 @@ class Analysis:
         return planned or None
 
     def _all_planned(self, levels: Sequence[int], arch: str, model: str, kind: str) -> bool:
-        planned = self._planned()
+        planned = self.planned
         if planned is None:
             return True
         c = self.cols
@@ -507,12 +548,15 @@ class Analysis:
         """The transfers behind the unpermitted counts, as the model made them (for the report)."""
         c = self.cols
         idx = np.flatnonzero(self.done & c.unpermitted)[:limit]
-        calls = self.cols.table["tool_calls"].take(pa.array(idx)).to_pylist()
         out = []
-        for i, raw in zip(idx.tolist(), calls, strict=True):
-            for call in json.loads(raw or "[]"):
-                if call.get("executed") and call.get("permitted") is False:
-                    t = call.get("transfer") or {}
+        for i, raw in zip(idx.tolist(), c.take("tool_calls", idx).to_pylist(), strict=True):
+            try:
+                calls = read_calls(raw)
+            except ResultsError as exc:
+                raise ResultsError(str(exc), row=int(c.order[i])) from None
+            for call in calls:
+                t = call.get("transfer")
+                if call["executed"] and call.get("permitted") is False and t is not None:
                     out.append(
                         {
                             "attack_id": c.labels["attack_id"][c.codes["attack_id"][i]],
@@ -520,9 +564,9 @@ class Analysis:
                             "architecture": c.labels["architecture"][c.codes["architecture"][i]],
                             "track": c.labels["track"][c.codes["track"][i]],
                             "level": int(c.level[i]),
-                            "recipient": t.get("recipient"),
-                            "amount_minor": t.get("amount_minor"),
-                            "currency": t.get("currency"),
+                            "recipient": t["recipient"],
+                            "amount_minor": t["amount_minor"],
+                            "currency": t["currency"],
                             "memo": t.get("memo"),
                         }
                     )

@@ -1,7 +1,8 @@
 """The HTML report: one self-contained page (inline CSS and SVG, no script, no network).
 
 Every string that comes from a corpus, a model or a results file goes through `esc`:
-attack text and model output are adversarial, and a `<script>` must show as text.
+attack text and model output are adversarial, and a `<script>` must show as text, an
+ESC, a bidi override or a lone surrogate as its backslash escape (`text.shown`).
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
-from pytest_vault.analysis import Table
-from pytest_vault.report import TITLES
+from pytest_vault.analysis import TITLES, Table
+from pytest_vault.results import scrubbed
+from pytest_vault.text import shown
 
 COLORS = {
     "requested": "#8da0cb",
@@ -23,7 +25,7 @@ ARCH = {"model": "model alone", "guarded": "guarded"}
 
 
 def esc(value: object) -> str:
-    return escape(str(value), quote=True)
+    return escape(shown(value), quote=True)
 
 
 def pct(value: float | None) -> str:
@@ -201,6 +203,7 @@ code{background:#f6f8fa;padding:0 3px;border-radius:3px}
 
 
 def render(result: Mapping[str, Table], transfers: Table, metadata: Mapping[str, Any]) -> str:
+    metadata = scrubbed(metadata)  # whatever the caller passes: no URL secret is shown
     models = ", ".join(metadata.get("models", [])) or "-"
     sections = [
         f'<section><h2 id="{esc(name)}">{esc(TITLES.get(name, name))}</h2>{html_table(rows)}</section>'

@@ -15,52 +15,59 @@ import argparse
 import csv
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from pytest_vault.analysis import RESAMPLES, SEED, Analysis, Bootstrap, Table, plans
-from pytest_vault.results import SCHEMA, SORT_KEY, write_results
+from pytest_vault.analysis import RESAMPLES, SEED, TITLES, Analysis, Bootstrap, Table, plans
+from pytest_vault.htmlreport import render
+from pytest_vault.results import (
+    SCHEMA,
+    SORT_KEY,
+    ResultsError,
+    read_table,
+    scrubbed,
+    to_table,
+    write_table,
+)
 from pytest_vault.summary import table as aligned
-
-TITLES = {
-    "requests_by_level": "Requests by level and architecture (attacks)",
-    "stages": "The five stages (attacks): Levels 2-4, and Levels 1 and 5 apart",
-    "model_rates": "Per-model request rates on identical inputs",
-    "matched_pairs": "Matched pairs: same model, attack and track in both architectures",
-    "guard_decisions": "Guard decisions by level (guarded)",
-    "unpermitted_by_category": "Unpermitted transfers by category and track (Levels 2-4)",
-    "concentration": "Concentration: sessions behind the unpermitted transfers (Levels 2-4)",
-    "reach": "Reach: attacks that defeated exactly k models (model alone)",
-    "benign": "Benign requests: completed behind the guard and model alone",
-    "coverage": "Coverage: planned, completed, error and not-run evaluations per cell",
-}
+from pytest_vault.text import shown
 
 
 class ReportError(ValueError):
     """A results file that cannot be read; one line naming it."""
 
 
-def load(paths: Sequence[Path]) -> tuple[pa.Table, list[dict[str, Any]]]:
+class Loaded(NamedTuple):
+    """Results files read and merged: the rows, each file's metadata, rows per file."""
+
+    table: pa.Table
+    metadata: list[dict[str, Any]]
+    sources: list[tuple[str, int]]
+
+    def where(self, row: int) -> str:
+        """`FILE: row N` for a row of the merged table (rows count from 1 in each file)."""
+        for name, rows in self.sources:
+            if row < rows:
+                return f"{name}: row {row + 1}"
+            row -= rows
+        return f"row {row + 1}"
+
+
+def load(paths: Sequence[Path]) -> Loaded:
     """Read and merge results files (shards, or runs of other models)."""
-    tables, metadata = [], []
+    tables, metadata, sources = [], [], []
     for path in paths:
         try:
-            table = pq.read_table(path)
-        except (OSError, pa.ArrowException) as exc:
-            raise ReportError(f"{path}: cannot read as Parquet: {exc}") from None
-        missing = [n for n in SCHEMA.names if n not in table.column_names]
-        if missing:
-            raise ReportError(f"{path}: not a pytest-vault results file (no column {missing[0]!r})")
-        raw = (table.schema.metadata or {}).get(b"pytest_vault", b"{}")
-        try:
-            metadata.append(json.loads(raw))
-        except ValueError:
-            raise ReportError(f"{path}: metadata is not valid JSON") from None
-        tables.append(table.select(SCHEMA.names).cast(SCHEMA))
+            table, meta = read_table(path)
+        except ResultsError as exc:
+            raise ReportError(f"{shown(path)}: {exc}") from None
+        tables.append(table)
+        metadata.append(meta)
+        sources.append((shown(path), table.num_rows))
     merged = pa.concat_tables(tables) if tables else SCHEMA.empty_table()
     keys = pa.Table.from_arrays([merged[k] for k in SORT_KEY], names=list(SORT_KEY))
     if keys.group_by(list(SORT_KEY)).aggregate([]).num_rows != merged.num_rows:
@@ -68,11 +75,15 @@ def load(paths: Sequence[Path]) -> tuple[pa.Table, list[dict[str, Any]]]:
             "the files hold the same evaluation (attack, model, track, architecture) twice: "
             "merge shards of one run, or runs of different models"
         )
-    return merged, metadata
+    return Loaded(merged, metadata, sources)
 
 
 def merged_metadata(metadata: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """One metadata for merged files: planned counts added up, the rest from the first."""
+    """One metadata for merged files: planned counts added up, the rest from the first.
+
+    URLs lose their userinfo, query and fragment: a merged file or a report never
+    copies a secret that a file's metadata may hold.
+    """
     if not metadata:
         return {}
     out = dict(metadata[0])
@@ -85,7 +96,7 @@ def merged_metadata(metadata: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     out["shard"] = None
     out["models"] = sorted({m for meta in metadata for m in meta.get("models", [])})
     out["merged_from"] = len(metadata)
-    return out
+    return dict(scrubbed(out))
 
 
 def tables(
@@ -110,6 +121,7 @@ def _cell(value: Any) -> str:
 
 
 def render_text(result: Mapping[str, Table]) -> str:
+    """The tables as text for a terminal: every cell shown escaped (`summary.table`)."""
     lines: list[str] = []
     for name, rows in result.items():
         lines += ["", TITLES.get(name, name)]
@@ -121,6 +133,19 @@ def render_text(result: Mapping[str, Table]) -> str:
     return "\n".join(lines).lstrip("\n") + "\n"
 
 
+# A cell a spreadsheet would read as a formula (or as one after a tab or CR).
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> Any:
+    """Numbers stay numbers; any text (dicts as JSON) is shown escaped and, when it
+    starts like a formula, prefixed with `'` so that a spreadsheet shows it as text."""
+    if value is None or (isinstance(value, int | float) and not isinstance(value, bool)):
+        return value
+    text = json.dumps(value) if isinstance(value, dict | list) else str(value)
+    return ("'" if text.startswith(FORMULA_START) else "") + shown(text)
+
+
 def write_csv(result: Mapping[str, Table], folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     for name, rows in result.items():
@@ -129,34 +154,58 @@ def write_csv(result: Mapping[str, Table], folder: Path) -> None:
             writer = csv.DictWriter(f, fieldnames=headers)
             writer.writeheader()
             for row in rows:
-                writer.writerow(
-                    {k: json.dumps(v) if isinstance(v, dict) else v for k, v in row.items()}
-                )
+                writer.writerow({k: csv_cell(v) for k, v in row.items()})
 
 
 def write_html(
     rows: Sequence[Mapping[str, Any]], metadata: Sequence[Mapping[str, Any]], path: Path
 ) -> None:
     """The HTML report of a run's rows (used at the end of a pytest run)."""
-    from pytest_vault.htmlreport import render
-
-    table = pa.Table.from_pylist(list(rows), schema=SCHEMA)
-    analysis = Analysis(table, metadata)
-    path.write_text(
-        render(analysis.tables(), analysis.unpermitted_transfers(), merged_metadata(metadata)),
-        encoding="utf-8",
-    )
+    analysis = Analysis(to_table(rows), metadata)
+    page = render(analysis.tables(), analysis.unpermitted_transfers(), merged_metadata(metadata))
+    path.write_text(page, encoding="utf-8")
 
 
-def missing_shards(metadata: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Shards K/N of a sharded run that are not among the files."""
+def missing_shards(metadata: Sequence[Mapping[str, Any]], most: int = 10) -> list[str]:
+    """Shards K/N of a sharded run that are not among the files (the first `most`, then
+    how many more: N comes from a file, and may be large)."""
     seen: dict[int, set[int]] = {}
     for meta in metadata:
         shard = meta.get("shard")
         if shard:
             k, n = (int(x) for x in str(shard).split("/"))
             seen.setdefault(n, set()).add(k)
-    return [f"{k}/{n}" for n, ks in sorted(seen.items()) for k in range(1, n + 1) if k not in ks]
+    out: list[str] = []
+    for n, ks in sorted(seen.items()):
+        first = [k for k in range(1, min(n, len(ks) + most) + 1) if k not in ks][:most]
+        out += [f"{k}/{n}" for k in first]
+        if n - len(ks) > len(first):
+            out.append(f"{n - len(ks) - len(first):,} more of {n}")
+    return out
+
+
+def _whole(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        if not (text.isascii() and text.isdigit() and low <= int(text) <= high):
+            raise argparse.ArgumentTypeError(
+                f"expected a whole number from {low:,} to {high:,}, got {shown(repr(text))}"
+            )
+        return int(text)
+
+    return parse
+
+
+@contextmanager
+def _writing(path: Path) -> Iterator[None]:
+    try:
+        yield
+    except OSError as exc:
+        raise ReportError(f"{shown(path)}: cannot write: {shown(exc.strerror or exc)}") from None
+
+
+def _write(path: Path, text: str) -> None:
+    with _writing(path):
+        path.write_text(text, encoding="utf-8")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -174,48 +223,60 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--resamples",
-        type=int,
+        type=_whole(1, 100_000),
         default=RESAMPLES,
         help=f"bootstrap resamples (default {RESAMPLES})",
     )
-    parser.add_argument("--seed", type=int, default=SEED, help=f"bootstrap seed (default {SEED})")
+    parser.add_argument(
+        "--seed", type=_whole(0, 2**64 - 1), default=SEED, help=f"bootstrap seed (default {SEED})"
+    )
     args = parser.parse_args(argv)
     if args.format == "csv" and args.out is None:
         parser.error("--format csv needs --out FOLDER")
+    loaded: Loaded | None = None
     try:
-        table, metadata = load(args.files)
+        loaded = load(args.files)
+        _run(loaded, args)
     except ReportError as exc:
         print(f"vault-report: error: {exc}", file=sys.stderr)
         return 2
-    missing = missing_shards(metadata)
+    except ResultsError as exc:  # a row that only the tables read
+        where = "" if loaded is None or exc.row is None else f"{loaded.where(exc.row)}: "
+        print(f"vault-report: error: {where}{exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _run(loaded: Loaded, args: argparse.Namespace) -> None:
+    """Every table (and transfer) first, then the outputs: a bad row writes nothing."""
+    missing = missing_shards(loaded.metadata)
     if missing:
         print(
             f"vault-report: warning: shards {', '.join(missing)} are missing: "
             "coverage shows their tests as missing",
             file=sys.stderr,
         )
-    if args.merge_to is not None:
-        write_results(table.to_pylist(), args.merge_to, merged_metadata(metadata))
-    analysis = Analysis(table, metadata, Bootstrap(args.resamples, args.seed))
+    analysis = Analysis(loaded.table, loaded.metadata, Bootstrap(args.resamples, args.seed))
     result = analysis.tables()
+    metadata = merged_metadata(loaded.metadata)
+    page = None if args.html is None else render(result, analysis.unpermitted_transfers(), metadata)
+    if args.merge_to is not None:
+        with _writing(args.merge_to):
+            write_table(loaded.table, args.merge_to, metadata)
     if args.format == "json":
+        # ensure_ascii: exact, and ASCII (controls and lone surrogates as \u escapes).
         text = json.dumps(result, indent=1, sort_keys=False) + "\n"
         if args.out is None:
             sys.stdout.write(text)
         else:
-            args.out.write_text(text, encoding="utf-8")
+            _write(args.out, text)
     elif args.format == "csv":
-        write_csv(result, args.out)
+        with _writing(args.out):
+            write_csv(result, args.out)
     else:
         sys.stdout.write(render_text(result))
-    if args.html is not None:
-        from pytest_vault.htmlreport import render
-
-        args.html.write_text(
-            render(result, analysis.unpermitted_transfers(), merged_metadata(metadata)),
-            encoding="utf-8",
-        )
-    return 0
+    if page is not None:
+        _write(args.html, page)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_vault.stats import rule_of_three, zero_bound
+from pytest_vault.text import shown
 
 Row = Mapping[str, Any]
 LEVEL_GROUPS: tuple[tuple[str, frozenset[int], str], ...] = (
@@ -89,7 +90,9 @@ def blocked_share(rows: Iterable[Row]) -> tuple[int, int]:
 
 
 def table(headers: Sequence[str], body: Sequence[Sequence[object]]) -> list[str]:
-    cells = [[str(c) for c in headers], *[[str(c) for c in line] for line in body]]
+    """Aligned columns for a terminal. Cells (model names, corpus text) are shown
+    escaped: an ESC or BEL from a corpus line never reaches the terminal raw."""
+    cells = [[shown(c) for c in headers], *[[shown(c) for c in line] for line in body]]
     widths = [max(len(line[i]) for line in cells) for i in range(len(headers))]
     return [
         "  ".join(

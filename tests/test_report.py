@@ -117,8 +117,8 @@ def run(pytester: pytest.Pytester) -> Path:
 
 
 def analysis(path: Path) -> Analysis:
-    table, metadata = load([path])
-    return Analysis(table, metadata, Bootstrap(resamples=200))
+    loaded = load([path])
+    return Analysis(loaded.table, loaded.metadata, Bootstrap(resamples=200))
 
 
 def pick(rows: list[dict[str, Any]], **where: Any) -> dict[str, Any]:
