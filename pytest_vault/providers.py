@@ -4,7 +4,13 @@ official SDKs, with retries, rate limits, the response cache and the spend cap.
 Specs: `openai:MODEL` (chat completions with tools; `--vault-base-url` or
 `OPENAI_BASE_URL` for a compatible server) and `anthropic:MODEL` (messages with tool
 use). Keys come from `OPENAI_API_KEY` / `ANTHROPIC_API_KEY` and never leave the client:
-they are not part of cache keys, and error messages are scrubbed of them.
+they are not part of cache keys, and error messages are scrubbed of them (and of URLs'
+userinfo and query strings).
+
+Both providers' raw response bodies are read here, strictly: an envelope that is not
+exactly what we read is a malformed response (an error row), and a tool call's input
+that a dict would not say exactly (a key twice, digits a float drops) stays the model's
+own JSON text, which the guard reads strictly.
 
 The SDKs are imported here only, and this module only when a provider spec is used.
 """
@@ -12,16 +18,22 @@ The SDKs are imported here only, and this module only when a provider spec is us
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import inspect
 import json
+import math
 import os
 import random
 import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from email.utils import parsedate_to_datetime
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol, TypeVar
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError
 
 from pytest_vault.agent import (
     InputBlocked,
@@ -32,9 +44,19 @@ from pytest_vault.agent import (
     ToolCall,
     Usage,
 )
-from pytest_vault.cache import ResponseCache, cache_key
+from pytest_vault.cache import (
+    Answer,
+    Blocked,
+    CachedCall,
+    CachedUsage,
+    Entry,
+    ResponseCache,
+    Tokens,
+    cache_key,
+)
 from pytest_vault.ratelimit import RateLimiter, Spend
 from pytest_vault.specs import BASE_URL_ENV, KEY_ENV, ProviderSpec, SpecError
+from pytest_vault.text import scrub_url, scrub_urls, shown
 
 # Sampling settings each API has that the suite leaves at the provider's default.
 NOT_NORMALIZED = {
@@ -84,29 +106,281 @@ class Wire(Protocol):
     """One provider's wire format: build a request body, send it, read the reply."""
 
     provider: str
+    # The endpoint, printable and recordable: no userinfo, no query string.
     base_url: str
+    # What tells endpoints apart in cache keys (a digest, never printed).
+    endpoint: str
 
     def body(self, request: ModelRequest, model: str) -> dict[str, Any]: ...
     def settings(self, body: dict[str, Any]) -> dict[str, str]: ...
-    async def send(self, body: dict[str, Any]) -> Any: ...
-    def read(self, raw: Any) -> ModelTurn: ...
+    async def send(self, body: dict[str, Any]) -> bytes: ...
+    def read(self, raw: bytes) -> ModelTurn: ...
     def adapt(self, exc: Exception) -> bool: ...
     def blocked(self, exc: Exception) -> bool: ...
     async def close(self) -> None: ...
+
+
+def _endpoint(url: str) -> str:
+    """A digest of the whole base URL but its userinfo: a query parameter (`api-version`)
+    tells deployments apart, credentials never change an answer (and a password hashed
+    with a request rebuilt from the corpus could be guessed)."""
+    parts = urlsplit(url)
+    whole = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+    return hashlib.sha256(whole.encode("utf-8", "backslashreplace")).hexdigest()
+
+
+def _encode(body: dict[str, Any]) -> bytes:
+    """The request body as ASCII JSON: exact, and a lone surrogate in a conversation
+    travels as the `\\uXXXX` escape it arrived as (the SDKs' UTF-8 encoder would raise)."""
+    return json.dumps(body, separators=(",", ":"), allow_nan=False).encode("ascii")
 
 
 def _arguments_text(arguments: Any) -> str:
     return arguments if isinstance(arguments, str) else json.dumps(arguments, default=str)
 
 
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is not a finite number")
+    return value
+
+
 def _arguments_object(arguments: Any) -> dict[str, Any]:
+    """Arguments as the object Anthropic's `tool_use.input` must be: raw text read as
+    JSON would read it (the last of two keys, the nearest float), or, when no JSON
+    object can say it (not JSON, NaN, a number beyond a float), the text itself."""
     if isinstance(arguments, dict):
         return arguments
     try:
-        value = json.loads(arguments)
-    except (TypeError, ValueError):
+        value = json.loads(arguments, parse_float=_finite, parse_constant=_finite)
+    except (TypeError, ValueError, RecursionError):
         value = None
     return value if isinstance(value, dict) else {"_unparsed": str(arguments)}
+
+
+# -- reading response bodies strictly -------------------------------------------------------
+#
+# A body is read with the json module's hooks, so the tree keeps what a plain `json.loads`
+# would lose: a number's text (`500.0000000000000001` is not 500.0) and an object's keys
+# when one appears twice (which value was meant cannot be known). The envelope around
+# the answer must be unambiguous; a tool call's input that is not becomes the model's own
+# JSON text, which the guard reads strictly and denies.
+
+MAX_DEPTH = 64  # a fixed bound: the same answer however deep the caller's stack is
+_TOO_DEEP = f"nested too deeply (more than {MAX_DEPTH} levels)"
+
+
+class _Ambiguous(Exception):
+    """A tool input that a dict of Python values would not say exactly."""
+
+
+class _Number:
+    """A JSON number that is not a plain integer, as written."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def exact(self) -> float:
+        """The float, when the guard would read it (by its repr) as the text says."""
+        value = float(self.text)  # NaN, Infinity and overflow come out not finite
+        try:
+            if math.isfinite(value) and Decimal(repr(value)) == Decimal(self.text):
+                return value
+        except ArithmeticError:  # an exponent beyond what Decimal holds
+            pass
+        raise _Ambiguous
+
+
+class _Pairs:
+    """A JSON object with a key twice: its pairs, in order."""
+
+    __slots__ = ("pairs",)
+
+    def __init__(self, pairs: list[tuple[str, Any]]) -> None:
+        self.pairs = pairs
+
+    def duplicate(self) -> str:
+        seen: set[str] = set()
+        for key, _ in self.pairs:
+            if key in seen:
+                break
+            seen.add(key)
+        return key
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any] | _Pairs:
+    out = dict(pairs)
+    return out if len(out) == len(pairs) else _Pairs(pairs)
+
+
+def _integer(text: str) -> int | _Number:
+    try:
+        return int(text)
+    except ValueError:  # more digits than int() reads from text: kept as written
+        return _Number(text)
+
+
+_BODY = json.JSONDecoder(
+    object_pairs_hook=_object, parse_float=_Number, parse_int=_integer, parse_constant=_Number
+)
+
+
+def _plain(value: Any, depth: int) -> Any:
+    kind = type(value)
+    if kind is dict or kind is list:
+        if depth >= MAX_DEPTH:
+            raise ValueError(_TOO_DEEP)
+        if kind is list:
+            return [_plain(v, depth + 1) for v in value]
+        return {k: _plain(v, depth + 1) for k, v in value.items()}
+    if kind is _Number:
+        return value.exact()
+    if kind is _Pairs:
+        raise _Ambiguous
+    return value
+
+
+def _text(value: Any, depth: int) -> str:
+    """JSON text from the tree with every pair, duplicates too, and each number's digits
+    as the model sent them (spacing and string escapes are `json.dumps`')."""
+    kind = type(value)
+    if kind is dict or kind is _Pairs or kind is list:
+        if depth >= MAX_DEPTH:
+            raise ValueError(_TOO_DEEP)
+        if kind is list:
+            return "[" + ", ".join(_text(v, depth + 1) for v in value) + "]"
+        pairs = value.items() if kind is dict else value.pairs
+        return "{" + ", ".join(f"{_string(k)}: {_text(v, depth + 1)}" for k, v in pairs) + "}"
+    if kind is _Number:
+        return str(value.text)
+    return _string(value)
+
+
+def _string(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _tool_input(value: Any) -> dict[str, Any] | str:
+    """A tool call's input: a dict when it says exactly one thing, else its JSON text."""
+    if type(value) is not dict and type(value) is not _Pairs:
+        raise ValueError("must be a JSON object")
+    try:
+        return _plain(value, 0)  # type: ignore[no-any-return]
+    except _Ambiguous:
+        return _text(value, 0)
+
+
+class _Envelope(BaseModel):
+    # Only the fields read, each of its exact type; whatever else a provider sends is
+    # its own business.
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+
+_E = TypeVar("_E", bound=_Envelope)
+
+
+def _read(provider: str, raw: bytes, envelope: type[_E]) -> _E:
+    """The body, decoded strictly and checked against its envelope, or a ModelError."""
+    try:
+        return envelope.model_validate(_BODY.decode(raw.decode("utf-8")))
+    except UnicodeDecodeError as exc:
+        problem = f"body: not valid UTF-8 (byte {exc.start})"
+    except json.JSONDecodeError as exc:
+        problem = f"body: not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
+    except RecursionError:
+        problem = "body: nested too deeply"
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in first["loc"]) or "body"
+        found = first["input"]
+        if type(found) is _Pairs:
+            problem = f"{where}: duplicate key {found.duplicate()!r}"
+        else:
+            said = _PROBLEMS.get(first["type"]) or first["msg"].removeprefix("Value error, ")
+            problem = f"{where}: {said}"
+    raise ModelError(f"{provider}: malformed response: {shown(problem)}")
+
+
+# pydantic's words for the problems an envelope can have, said plainly.
+_PROBLEMS = {
+    "missing": "missing",
+    "model_type": "must be a JSON object",
+    "dict_type": "must be a JSON object",
+    "string_type": "must be a string",
+    "list_type": "must be a list",
+    "too_short": "must not be empty",
+}
+
+
+# Usage is required, not read as 0 when missing: an answer that does not say what it
+# used cannot be counted against the spend cap. Every API targeted reports it.
+class _OpenAIUsage(_Envelope):
+    prompt_tokens: Tokens
+    completion_tokens: Tokens
+
+
+class _OpenAIFunction(_Envelope):
+    name: str
+    arguments: str  # the model's own JSON text, kept as is: the guard reads it strictly
+
+
+class _OpenAICall(_Envelope):
+    id: str
+    function: _OpenAIFunction
+
+
+class _OpenAIMessage(_Envelope):
+    content: str | None = None
+    tool_calls: list[_OpenAICall] | None = None
+
+
+class _OpenAIChoice(_Envelope):
+    message: _OpenAIMessage
+
+
+class _OpenAIBody(_Envelope):
+    choices: Annotated[list[_OpenAIChoice], Field(min_length=1)]
+    usage: _OpenAIUsage
+
+
+class _AnthropicText(_Envelope):
+    text: str
+
+
+class _AnthropicToolUse(_Envelope):
+    id: str
+    name: str
+    input: Annotated[dict[str, Any] | str, PlainValidator(_tool_input)]
+
+
+_BLOCKS: dict[str, type[_AnthropicText | _AnthropicToolUse]] = {
+    "text": _AnthropicText,
+    "tool_use": _AnthropicToolUse,
+}
+
+
+def _block(value: Any) -> _AnthropicText | _AnthropicToolUse | None:
+    if type(value) is not dict or type(value.get("type")) is not str:
+        raise ValueError('must be a JSON object with a string "type"')
+    read = _BLOCKS.get(value["type"])
+    # Other blocks (thinking, say) are not part of the answer read here.
+    return None if read is None else read.model_validate(value)
+
+
+_AnthropicBlock = Annotated[_AnthropicText | _AnthropicToolUse | None, PlainValidator(_block)]
+
+
+class _AnthropicUsage(_Envelope):
+    input_tokens: Tokens
+    output_tokens: Tokens
+
+
+class _AnthropicBody(_Envelope):
+    content: list[_AnthropicBlock]
+    usage: _AnthropicUsage
 
 
 class OpenAIWire:
@@ -120,7 +394,8 @@ class OpenAIWire:
         self.client = openai.AsyncOpenAI(
             api_key=key, base_url=base_url, max_retries=0, timeout=timeout
         )
-        self.base_url = str(self.client.base_url)
+        url = str(self.client.base_url)
+        self.base_url, self.endpoint = scrub_url(url), _endpoint(url)
         self._drop: set[str] = set()
         self._max_tokens_name = "max_tokens"
 
@@ -157,33 +432,26 @@ class OpenAIWire:
         names = {"max_tokens": self._max_tokens_name, "temperature": "temperature"}
         return {k: names[k] for k in REQUESTED if k in body and k not in self._drop}
 
-    async def send(self, body: dict[str, Any]) -> Any:
-        from openai.types.chat import ChatCompletion
-
+    async def send(self, body: dict[str, Any]) -> bytes:
         sent = {k: v for k, v in body.items() if k not in self._drop}
         if "max_tokens" in sent and self._max_tokens_name != "max_tokens":
             sent[self._max_tokens_name] = sent.pop("max_tokens")
         # The body is already in wire format: the SDK's documented `post` sends it as is
-        # (auth, base URL, errors and response types still the SDK's), where `create`
-        # would walk every message through its TypedDict transforms, the largest CPU
-        # cost per request here.
-        return await self.client.post("/chat/completions", cast_to=ChatCompletion, body=sent)
+        # (auth, base URL and status errors still the SDK's), where `create` would walk
+        # every message through its TypedDict transforms, the largest CPU cost per
+        # request here. `cast_to=bytes` hands back the raw body, read strictly below.
+        return await self.client.post("/chat/completions", cast_to=bytes, content=_encode(sent))
 
-    def read(self, raw: Any) -> ModelTurn:
-        if not getattr(raw, "choices", None):
-            raise ModelError("openai: response has no choices")
-        message = raw.choices[0].message
-        calls = tuple(
-            ToolCall(c.id, c.function.name, c.function.arguments)
-            for c in (message.tool_calls or [])
-        )
-        usage = raw.usage
+    def read(self, raw: bytes) -> ModelTurn:
+        body = _read(self.provider, raw, _OpenAIBody)
+        message = body.choices[0].message
         return ModelTurn(
             text=message.content or "",
-            tool_calls=calls,
-            usage=Usage(
-                getattr(usage, "prompt_tokens", 0) or 0, getattr(usage, "completion_tokens", 0) or 0
+            tool_calls=tuple(
+                ToolCall(c.id, c.function.name, c.function.arguments)
+                for c in message.tool_calls or ()
             ),
+            usage=Usage(body.usage.prompt_tokens, body.usage.completion_tokens),
         )
 
     def adapt(self, exc: Exception) -> bool:
@@ -222,7 +490,8 @@ class AnthropicWire:
         self._anthropic = anthropic
         # The SDK reads ANTHROPIC_API_KEY itself.
         self.client = anthropic.AsyncAnthropic(base_url=base_url, max_retries=0, timeout=timeout)
-        self.base_url = str(self.client.base_url)
+        url = str(self.client.base_url)
+        self.base_url, self.endpoint = scrub_url(url), _endpoint(url)
         # Newer Messages APIs have no temperature: then it is recorded as not sent.
         self._temperature = (
             "temperature" in inspect.signature(self.client.messages.create).parameters
@@ -286,26 +555,19 @@ class AnthropicWire:
     def settings(self, body: dict[str, Any]) -> dict[str, str]:
         return {k: k for k in REQUESTED if k in body}
 
-    async def send(self, body: dict[str, Any]) -> Any:
-        from anthropic.types import Message
-
+    async def send(self, body: dict[str, Any]) -> bytes:
         # Wire-format body through the SDK's documented `post` (see OpenAIWire.send).
-        return await self.client.post("/v1/messages", cast_to=Message, body=body)
+        return await self.client.post("/v1/messages", cast_to=bytes, content=_encode(body))
 
-    def read(self, raw: Any) -> ModelTurn:
-        text, calls = [], []
-        for block in getattr(raw, "content", None) or []:
-            if block.type == "text":
-                text.append(block.text)
-            elif block.type == "tool_use":
-                calls.append(ToolCall(block.id, block.name, block.input))
-        usage = raw.usage
+    def read(self, raw: bytes) -> ModelTurn:
+        body = _read(self.provider, raw, _AnthropicBody)
+        blocks = body.content
         return ModelTurn(
-            text="".join(text),
-            tool_calls=tuple(calls),
-            usage=Usage(
-                getattr(usage, "input_tokens", 0) or 0, getattr(usage, "output_tokens", 0) or 0
+            text="".join(b.text for b in blocks if isinstance(b, _AnthropicText)),
+            tool_calls=tuple(
+                ToolCall(b.id, b.name, b.input) for b in blocks if isinstance(b, _AnthropicToolUse)
             ),
+            usage=Usage(body.usage.input_tokens, body.usage.output_tokens),
         )
 
     def adapt(self, exc: Exception) -> bool:
@@ -406,42 +668,60 @@ class ProviderModel:
         self._flight = SingleFlight()
         self.decode = Decode()
 
+    def request_key(self, body: dict[str, Any]) -> str:
+        """The cache key of a request body. What determines the answer: provider,
+        endpoint, model, messages, tools, decode settings as requested. Never the key."""
+        return cache_key(
+            {"provider": self.wire.provider, "endpoint": self.wire.endpoint, "body": body}
+        )
+
     async def respond(self, request: ModelRequest) -> ModelTurn:
         body = self.wire.body(request, self._model)
-        # What determines the answer: provider, endpoint, model, messages, tools, decode
-        # settings as requested. Never the key.
-        key = cache_key(
-            {"provider": self.wire.provider, "base_url": self.wire.base_url, "body": body}
-        )
+        key = self.request_key(body)
         estimate = len(json.dumps(body, default=str)) // 4 + request.max_tokens
         # One answer per distinct request: evaluations that ask the same thing (the two
         # architectures' identical first step, say) share it, in this process through
         # the single flight and across processes through the cache's lock.
         answer = await self._flight.run(key, lambda: self._answer(body, key, estimate))
-        self.decode.note(answer.get("decode", {}))
-        return _from_cache(answer)
+        self.decode.note(answer.decode)
+        return _turn(answer)
 
-    async def _answer(self, body: dict[str, Any], key: str, estimate: int) -> dict[str, Any]:
+    async def _answer(self, body: dict[str, Any], key: str, estimate: int) -> Entry:
         if self._cache is None:
-            return await self._ask(body, estimate)
-        answer, hit = await self._cache.fill(key, lambda: self._ask(body, estimate))
+            return await self._ask(body, key, estimate)
+        answer, hit = await self._cache.fill(key, lambda: self._ask(body, key, estimate))
         self._stats.cache_hits += hit
         return answer
 
-    async def _ask(self, body: dict[str, Any], estimate: int) -> dict[str, Any]:
+    async def _ask(self, body: dict[str, Any], key: str, estimate: int) -> Entry:
         if self._spend.exhausted:
             raise NotRun(
                 f"spend cap ${self._spend.cap_usd:g} reached before this evaluation finished"
             )
         try:
             turn = await self._send(body, estimate)
-        except InputBlocked:
-            # A refusal is an answer too: kept, so it is never paid for twice.
-            return {"input_blocked": True, "decode": self.wire.settings(body)}
+        except InputBlocked as exc:
+            # A refusal is an answer too: kept with what the provider said, so it is never
+            # paid for twice.
+            error = str(exc) or "input blocked by the provider"
+            return Blocked(
+                key=key, input_blocked=True, error=error, decode=self.wire.settings(body)
+            )
         self._spend.add(self.spec, turn.usage.input_tokens, turn.usage.output_tokens)
         self._stats.input_tokens += turn.usage.input_tokens
         self._stats.output_tokens += turn.usage.output_tokens
-        return {**_to_cache(turn), "decode": self.wire.settings(body)}
+        return Answer(
+            key=key,
+            text=turn.text,
+            tool_calls=[
+                CachedCall(id=c.id, name=c.name, arguments=c.arguments) for c in turn.tool_calls
+            ],
+            usage=CachedUsage(
+                input_tokens=turn.usage.input_tokens, output_tokens=turn.usage.output_tokens
+            ),
+            latency_s=turn.latency_s,
+            decode=self.wire.settings(body),  # after the send: it learned what was refused
+        )
 
     async def _send(self, body: dict[str, Any], estimate: int) -> ModelTurn:
         attempt = 0
@@ -481,20 +761,27 @@ class ProviderModel:
         return f"{head}: {self._clean(exc)}"
 
     def _clean(self, exc: Exception) -> str:
-        text = " ".join(str(exc).split())
-        return redact(text)[:300]  # redact first: a cut must not leave half a key
+        # Keys first, then URLs' userinfo and query strings (an SDK error can quote the
+        # request URL), then the cut: a cut must not leave half a key.
+        return _safe(" ".join(str(exc).split()))[:300]
 
     async def close(self) -> None:
         await self.wire.close()
+
+
+def _safe(text: str) -> str:
+    """Provider text bound for rows, reports or logs: no key, no URL credentials or
+    query strings, no control characters."""
+    return shown(scrub_urls(redact(text)))
 
 
 class SingleFlight:
     """Concurrent calls with one key share one result (and one exception)."""
 
     def __init__(self) -> None:
-        self._flights: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._flights: dict[str, asyncio.Future[Entry]] = {}
 
-    async def run(self, key: str, call: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+    async def run(self, key: str, call: Callable[[], Awaitable[Entry]]) -> Entry:
         flight = self._flights.get(key)
         if flight is not None:
             return await asyncio.shield(flight)
@@ -512,31 +799,14 @@ class SingleFlight:
             del self._flights[key]
 
 
-def _to_cache(turn: ModelTurn) -> dict[str, Any]:
-    return {
-        "text": turn.text,
-        "tool_calls": [
-            {"id": c.id, "name": c.name, "arguments": c.arguments} for c in turn.tool_calls
-        ],
-        "usage": {
-            "input_tokens": turn.usage.input_tokens,
-            "output_tokens": turn.usage.output_tokens,
-        },
-        "latency_s": turn.latency_s,
-    }
-
-
-def _from_cache(value: dict[str, Any]) -> ModelTurn:
-    if value.get("input_blocked"):
-        raise InputBlocked("input blocked by the provider (cached)")
-    usage = value.get("usage", {})
+def _turn(entry: Entry) -> ModelTurn:
+    if isinstance(entry, Blocked):
+        raise InputBlocked(entry.error)
     return ModelTurn(
-        text=value.get("text", ""),
-        tool_calls=tuple(
-            ToolCall(c["id"], c["name"], c["arguments"]) for c in value.get("tool_calls", [])
-        ),
-        usage=Usage(usage.get("input_tokens", 0), usage.get("output_tokens", 0)),
-        latency_s=value.get("latency_s", 0.0),
+        text=entry.text,
+        tool_calls=tuple(ToolCall(c.id, c.name, c.arguments) for c in entry.tool_calls),
+        usage=Usage(entry.usage.input_tokens, entry.usage.output_tokens),
+        latency_s=entry.latency_s,
     )
 
 
@@ -560,7 +830,7 @@ class Unavailable:
     ignores_step_bound = False
 
     def __init__(self, spec: str, reason: str) -> None:
-        self.spec, self.reason = spec, reason
+        self.spec, self.reason = spec, _safe(reason)
 
     async def respond(self, request: ModelRequest) -> ModelTurn:
         raise ModelError(self.reason)

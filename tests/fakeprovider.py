@@ -29,8 +29,11 @@ DOLLARS = re.compile(r"\$\s?([0-9][0-9,]*(?:\.[0-9]+)?)")
 # "429" / "429:SECONDS" (Retry-After), "500", "timeout" (sleep past the client's
 # timeout), "drop" (close the connection without answering), "malformed" (tool-call
 # arguments that are not JSON), "blocked" (refuse the input before the model sees it),
-# "401" (an authentication error that echoes the key).
-FAULTS = ("ok", "429", "500", "timeout", "drop", "malformed", "blocked", "401")
+# "401" (an authentication error that echoes the key), "400" (a bad request).
+FAULTS = ("ok", "429", "500", "timeout", "drop", "malformed", "blocked", "401", "400")
+# Replies (`FakeProvider.reply`) are raw bodies answered with a 200, in order, to the
+# requests that no fault takes: a duplicate key or a number's exact digits, which a
+# dict cannot hold, reach the client as written.
 
 
 @dataclass
@@ -40,12 +43,19 @@ class Script:
     timeout_sleep: float = 5.0
     # Request fields this server refuses with a 400, as reasoning models do temperature.
     refuse_fields: set[str] = field(default_factory=set)
+    # Appended to every error message: what a server may quote (a URL, say).
+    detail: str = ""
+    replies: deque[bytes] = field(default_factory=deque)
     requests: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def next_fault(self) -> str:
         with self.lock:
             return self.faults.popleft() if self.faults else "ok"
+
+    def next_reply(self) -> bytes | None:
+        with self.lock:
+            return self.replies.popleft() if self.replies else None
 
     def record(self, path: str, body: dict[str, Any], headers: dict[str, str]) -> int:
         with self.lock:
@@ -149,9 +159,11 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def _send(
-        self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None
+        self, status: int, payload: dict[str, Any] | bytes, headers: dict[str, str] | None = None
     ) -> None:
-        data = json.dumps(payload).encode()
+        if status >= 400 and isinstance(payload, dict):
+            payload["error"]["message"] += self.server.script.detail
+        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(data)))
@@ -186,6 +198,8 @@ class _Handler(BaseHTTPRequestHandler):
                 _error(anthropic, "rate_limit_error", "Rate limit reached"),
                 {"retry-after": retry},
             )
+        elif fault == "400":
+            self._send(400, _error(anthropic, "invalid_request_error", "Bad request"))
         elif fault == "500":
             self._send(500, _error(anthropic, "api_error", "Internal server error"))
         elif fault == "401":
@@ -217,6 +231,8 @@ class _Handler(BaseHTTPRequestHandler):
         elif fault == "drop":
             self.connection.shutdown(socket.SHUT_RDWR)
             self.close_connection = True
+        elif fault == "ok" and (reply := script.next_reply()) is not None:
+            self._send(200, reply)
         else:
             build = _anthropic if anthropic else _openai
             self._send(200, build(body, fault == "malformed"))
@@ -257,6 +273,10 @@ class FakeProvider:
     def fail(self, *faults: str) -> None:
         assert all(f.partition(":")[0] in FAULTS for f in faults), faults
         self.script.faults.extend(faults)
+
+    def reply(self, *bodies: bytes | str) -> None:
+        """Answer the next requests with these raw bodies (after any queued fault)."""
+        self.script.replies.extend(b if isinstance(b, bytes) else b.encode() for b in bodies)
 
     def __enter__(self) -> FakeProvider:
         self._thread.start()
