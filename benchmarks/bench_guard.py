@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pytest_vault.guard import Guard
-from pytest_vault.levels import SHIPPED
-from pytest_vault.passport import load_passport
+from pytest_vault.guard.engine import Guard
+from pytest_vault.guard.passport import load_passport
+from pytest_vault.harness.levels import SHIPPED
 
 PLAIN_LOOP = """
 import json, sys

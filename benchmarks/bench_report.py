@@ -21,8 +21,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pytest_vault.corpus import CATEGORIES
-from pytest_vault.results import SCHEMA
+from pytest_vault.corpus.model import CATEGORIES
+from pytest_vault.report.results import SCHEMA
 
 CODES = [
     "oap.merchant_forbidden",

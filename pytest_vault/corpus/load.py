@@ -1,0 +1,62 @@
+"""Reading corpus files: strict lines, one-line errors naming file, line and field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from pytest_vault.corpus.model import Case
+from pytest_vault.guard.passport import DocumentError, describe, read_json, reason
+from pytest_vault.guard.text import shown
+
+
+class CorpusError(ValueError):
+    """A corpus line that cannot be used; the message names file, line and field.
+
+    The message is made safe here, once: what it quotes from the corpus (a key, an id,
+    a file name) reaches a terminal with its control characters escaped.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(shown(message))
+
+
+def read_case(line: str | bytes, source: str) -> Case:
+    """Parse one line, as strictly as the guard reads arguments: decimals stay exact, and
+    a duplicate key (at any depth) is an error, since `calls` are passed on as written.
+    """
+    try:
+        data = read_json(line)
+    except DocumentError as exc:
+        raise CorpusError(f"{source}: {exc}") from None
+    if not isinstance(data, dict):
+        raise CorpusError(f"{source}: (root): expected a JSON object")
+    try:
+        return Case.model_validate(data)
+    except ValidationError as exc:
+        raise CorpusError(f"{source}: {describe(exc)}") from None
+
+
+def load_corpus(path: str | Path, seen: dict[str, str] | None = None) -> list[tuple[int, Case]]:
+    """Read a corpus file as (line number, case) pairs; `CorpusError` at the first bad line.
+
+    `seen` maps case ids to where they were first defined, across files.
+    """
+    path = Path(path)
+    seen = {} if seen is None else seen
+    try:
+        lines = path.read_bytes().splitlines()
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise CorpusError(f"{path}: cannot read: {reason(exc)}") from None
+    cases = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        source = f"{path}:{number}"
+        case = read_case(line, source)
+        if case.id in seen:
+            raise CorpusError(f"{source}: id: duplicate id {case.id!r} (first at {seen[case.id]})")
+        seen[case.id] = source
+        cases.append((number, case))
+    return cases

@@ -1,0 +1,57 @@
+"""The case format: one attack (or benign request) per line of a `.jsonl` file."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+
+CATEGORIES = (
+    "authority_claim",
+    "direct_transfer",
+    "privilege_escalation",
+    "json_injection",
+    "social_engineering",
+    "emotional_manipulation",
+    "prompt_injection",
+    "reconnaissance",
+    "capability_self_register",
+    "account_manipulation",
+)
+
+NonEmpty = Annotated[StrictStr, Field(min_length=1)]
+
+
+class CaseCall(BaseModel):
+    """A tool call for `scripted:replay`, passed to the bank exactly as written."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: StrictStr
+    # An object, or the raw JSON text a model would send (which may be malformed).
+    arguments: dict[str, Any] | StrictStr = Field(default_factory=dict)
+
+
+class Case(BaseModel):
+    """One attack (or benign request) against a payment agent."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    id: NonEmpty
+    session: NonEmpty = Field(description="the source attacker session: the unit for clustering")
+    level: Annotated[StrictInt, Field(ge=1, le=5)]
+    category: NonEmpty = Field(description=f"e.g. {', '.join(CATEGORIES)}; 'benign' for benign")
+    messages: Annotated[list[NonEmpty], Field(min_length=1)] = Field(
+        description="the attacker's messages, in order"
+    )
+    kind: Literal["attack", "benign"] = "attack"
+    calls: list[CaseCall] = Field(default_factory=list)
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The free extra fields of the line (technique, canary, ...)."""
+        return dict(self.model_extra or {})
+
+
+def schema() -> dict[str, Any]:
+    return Case.model_json_schema()

@@ -1,0 +1,360 @@
+"""Open Agent Passport (OAP v1.0) documents, validated with pydantic.
+
+Follows `oap/passport-schema.json` of aporthq/aport-spec, with these deliberate
+deviations (each marked `DEVIATION` below):
+
+* `did`, `expires_at` and `never_expires` are accepted: the upstream schema omits
+  them while forbidding unknown properties, yet its own spec text uses them.
+* `limits["payments.charge"]` is validated against the `finance.payment.charge.v1`
+  pack whenever the passport grants `payments.charge`: a passport that grants the
+  capability without readable limits is an error, never an unlimited grant.
+* `x_vault_memo_approval_code_required` is a pytest-vault extension to those limits
+  (stricter than the published pack): see `ChargeLimits`.
+"""
+
+from __future__ import annotations
+
+import codecs
+import hashlib
+import json
+import re
+import warnings
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Annotated, Any, Literal, NamedTuple
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    model_validator,
+)
+
+from pytest_vault.guard.text import shown
+
+CHARGE = "payments.charge"
+WILDCARD = "*"
+
+AssuranceLevel = Literal["L0", "L1", "L2", "L3", "L4KYC", "L4FIN"]
+# L4FIN (financial verification) is ranked above L4KYC: the schema leaves the
+# order unstated, and ranking the stronger check higher is the conservative read.
+ASSURANCE_RANK: dict[str, int] = {"L0": 0, "L1": 1, "L2": 2, "L3": 3, "L4KYC": 4, "L4FIN": 5}
+
+CurrencyCode = Annotated[str, Field(pattern=r"^[A-Z]{3}$")]
+Minor = Annotated[StrictInt, Field(ge=0)]
+
+
+class PassportError(ValueError):
+    """A passport that cannot be used; the message is one line naming file and field.
+
+    The message is made safe here, once: a key, a value or a file name quoted in it
+    reaches a terminal with its control characters and lone surrogates escaped.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(shown(message))
+
+
+class PassportWarning(UserWarning):
+    """A passport that loads but is more permissive than its author likely meant."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Capability(_Strict):
+    id: Annotated[StrictStr, Field(pattern=r"^[a-z0-9]+(\.[a-z0-9]+)*$")]
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class CurrencyLimit(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_per_tx: Minor
+    daily_cap: Minor | None = None
+
+
+class ChargeLimits(BaseModel):
+    """`limits["payments.charge"]` as the `finance.payment.charge.v1` pack reads it.
+
+    `currency_limits` and `allowed_merchant_ids` are required: without them the pack
+    cannot say no. The other keys default to the pack's own semantics. Unknown keys are
+    errors: a misspelt `idempotency_requried` must not silently switch a rule off.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    currency_limits: dict[CurrencyCode, CurrencyLimit]
+    # `"*"` permits any recipient. An empty list is also "any" under the published
+    # pack, which is why `load_passport` warns about it.
+    allowed_merchant_ids: list[StrictStr]
+    allowed_countries: list[StrictStr] = Field(default_factory=list)
+    blocked_categories: list[StrictStr] = Field(default_factory=list)
+    max_items_per_tx: Annotated[StrictInt, Field(ge=1)] | None = None
+    # The pack's `min_assurance` is L2; a passport may only raise it (the guard
+    # applies the stricter of the two).
+    require_assurance_at_least: AssuranceLevel = "L2"
+    idempotency_required: StrictBool = False
+    # A human approval step the agent cannot obtain: every charge is denied.
+    approval_required: StrictBool = False
+    # DEVIATION (pytest-vault extension, stricter than the pack): the APort Vault
+    # Level 4 engine required an approval code `APC-YYYY-NNNN` in the memo.
+    x_vault_memo_approval_code_required: StrictBool = False
+
+
+class Passport(_Strict):
+    passport_id: StrictStr
+    kind: Literal["template", "instance"]
+    spec_version: Literal["oap/1.0"]
+    template_id: StrictStr | None = None
+    parent_agent_id: StrictStr | None = None
+    owner_id: StrictStr
+    owner_type: Literal["org", "user"]
+    status: Literal["draft", "active", "suspended", "revoked"]
+    assurance_level: AssuranceLevel
+    capabilities: list[Capability]
+    limits: dict[str, Any]
+    regions: list[Annotated[StrictStr, Field(pattern=r"^[A-Z]{2}(-[A-Z]{2})?$")]]
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    created_at: datetime
+    updated_at: datetime
+    version: Annotated[StrictStr, Field(pattern=r"^\d+\.\d+\.\d+$")]
+    # DEVIATION: used by the spec text, missing from the upstream schema.
+    did: StrictStr | None = None
+    expires_at: datetime | None = None
+    never_expires: StrictBool | None = None
+
+    @model_validator(mode="after")
+    def _charge_limits_readable(self) -> Passport:
+        if self.grants(CHARGE):
+            if CHARGE not in self.limits:
+                raise ValueError(f"limits.{CHARGE}: required when {CHARGE} is granted")
+            try:
+                ChargeLimits.model_validate(self.limits[CHARGE])
+            except ValidationError as exc:
+                raise ValueError(f"limits.{CHARGE}.{describe(exc)}") from None
+        if self.expires_at is not None and self.expires_at.tzinfo is None:
+            raise ValueError("expires_at: needs a time zone (e.g. a trailing Z)")
+        return self
+
+    def grants(self, capability: str) -> bool:
+        return any(c.id == capability for c in self.capabilities)
+
+    @property
+    def charge_limits(self) -> ChargeLimits | None:
+        """The validated charge limits, or None when the capability is not granted."""
+        if not self.grants(CHARGE):
+            return None
+        return ChargeLimits.model_validate(self.limits[CHARGE])
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{shown(part)}" if out else shown(part)
+    return out or "(root)"
+
+
+def describe(error: ValidationError) -> str:
+    """The first problem of a validation error as `field: message` on one line."""
+    first = error.errors()[0]
+    loc = tuple(first["loc"])
+    msg = shown(re.sub(r"\s+", " ", str(first["msg"])))
+    # Errors raised in a model validator carry their own field in the message.
+    if not loc and ": " in msg:
+        return msg.removeprefix("Value error, ")
+    more = f" (+{len(error.errors()) - 1} more)" if len(error.errors()) > 1 else ""
+    return f"{_field_path(loc)}: {msg}{more}"
+
+
+def passport_from_data(data: Any, source: str = "<passport>") -> Passport:
+    """Validate a parsed passport; any problem is a one-line `PassportError`."""
+    if not isinstance(data, dict):
+        raise PassportError(f"{source}: (root): expected a JSON object")
+    try:
+        passport = Passport.model_validate(data)
+    except ValidationError as exc:
+        raise PassportError(f"{source}: {describe(exc)}") from None
+    limits = passport.charge_limits
+    if limits is not None and not limits.allowed_merchant_ids:
+        warnings.warn(
+            f"{source}: limits.{CHARGE}.allowed_merchant_ids is EMPTY, which the "
+            "published pack reads as 'any recipient' (fail-open); "
+            f'write ["{WILDCARD}"] if that is meant, or list the recipients',
+            PassportWarning,
+            stacklevel=2,
+        )
+    return passport
+
+
+def load_passport(path: str | Path) -> Passport:
+    """Read and validate a passport file."""
+    return read_passport(path)[0]
+
+
+def read_passport(path: str | Path) -> tuple[Passport, str]:
+    """Read and validate a passport file, with the digest of the very bytes parsed.
+
+    So what is recorded as enforced is what is enforced, whatever the file holds later.
+    """
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise PassportError(f"{path}: cannot read: {reason(exc)}") from None
+    try:
+        value = read_json(data)
+    except DocumentError as exc:
+        raise PassportError(f"{exc.where(str(path))}: {exc}") from None
+    return passport_from_data(value, str(path)), sha256(data)
+
+
+def sha256(data: bytes) -> str:
+    return f"sha256:{hashlib.sha256(data).hexdigest()}"
+
+
+def reason(error: OSError | ValueError) -> str:
+    """Why a file cannot be read, in words: "No such file or directory", not a repr."""
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    return str(error)
+
+
+class DuplicateKey(ValueError):
+    """A JSON object with one key twice: which value was meant cannot be known."""
+
+
+def _duplicate(pairs: list[tuple[str, Any]]) -> str:
+    """The problem with `pairs`, which hold a key twice: that key, quoted safely (repr
+    escapes what is not printable: ESC, a lone surrogate)."""
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            return f"duplicate key {key!r}"
+        seen.add(key)
+    raise AssertionError("no duplicate key")  # pragma: no cover - called with one
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """`object_pairs_hook` refusing duplicate keys, which `json` would let the last win."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise DuplicateKey(_duplicate(pairs))
+    return out
+
+
+# -- strict JSON documents (passports, corpus lines) ---------------------------------------
+
+# Passports and corpus lines nest a handful of levels; a fixed bound (far below the
+# interpreter's recursion limit) gives the same answer wherever the file is read.
+MAX_DEPTH = 32
+_TOO_DEEP = f"nested too deeply (more than {MAX_DEPTH} levels)"
+
+
+class DocumentError(ValueError):
+    """A JSON or TOML document that cannot be read: `field: problem` in words.
+
+    `line` is the line of the document when known; `where` puts it after the source.
+    """
+
+    def __init__(self, message: str, line: int | None = None) -> None:
+        super().__init__(message)
+        self.line = line
+
+    def where(self, source: str) -> str:
+        return source if self.line is None else f"{source}:{self.line}"
+
+
+class _Bad(NamedTuple):
+    """Stands in the parsed tree for a value that cannot be used, so its field is named."""
+
+    problem: str
+
+
+def _number(text: str) -> Decimal | _Bad:
+    try:
+        return Decimal(text)
+    except ArithmeticError:  # an exponent beyond what Decimal can hold
+        return _Bad("number out of range")
+
+
+def _integer(text: str) -> int | _Bad:
+    try:
+        return int(text)
+    except ValueError:  # more digits than `int` reads from text
+        return _Bad("number out of range")
+
+
+def _constant(name: str) -> _Bad:
+    return _Bad(f"{name} is not valid JSON")
+
+
+def _marked_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any] | _Bad:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        return _Bad(_duplicate(pairs))
+    return out
+
+
+_READER = json.JSONDecoder(
+    parse_float=_number,
+    parse_int=_integer,
+    parse_constant=_constant,
+    object_pairs_hook=_marked_keys,
+)
+
+
+def utf8(data: bytes) -> str:
+    """Strict UTF-8 text, or a `DocumentError` naming the line and column of the bad byte.
+
+    A leading byte order mark (some editors write one) is not part of the text.
+    """
+    start = 3 if data.startswith(codecs.BOM_UTF8) else 0
+    try:
+        return data[start:].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad = start + exc.start
+        line_start = data.rfind(b"\n", 0, bad) + 1
+        raise DocumentError(
+            f"not valid UTF-8: byte 0x{data[bad]:02x} at column {bad - line_start + 1}",
+            data.count(b"\n", 0, bad) + 1,
+        ) from None
+
+
+def read_json(document: str | bytes) -> Any:
+    """Strict JSON: exact decimals; duplicate keys, NaN, numbers out of range and deep
+    nesting refused. Any problem is a `DocumentError`: the first in document order (an
+    object before what it holds), with its field.
+    """
+    text = utf8(document) if isinstance(document, bytes) else document
+    try:
+        value = _READER.decode(text)
+    except json.JSONDecodeError as exc:
+        problem = exc.msg.removesuffix(" at")  # "Unterminated string starting at"
+        raise DocumentError(f"invalid JSON: {problem} at column {exc.colno}", exc.lineno) from None
+    except RecursionError:
+        raise DocumentError(_TOO_DEEP) from None
+    # Walk the tree in document order, without recursion: the first marked value names
+    # its field; nesting beyond MAX_DEPTH is refused before it is walked.
+    stack: list[tuple[Any, tuple[int | str, ...]]] = [(value, ())]
+    while stack:
+        node, loc = stack.pop()
+        kind = type(node)
+        if kind is _Bad:
+            raise DocumentError(f"{_field_path(loc)}: {node.problem}")
+        if kind is not dict and kind is not list:
+            continue
+        if len(loc) >= MAX_DEPTH:
+            raise DocumentError(_TOO_DEEP)
+        children = node.items() if kind is dict else enumerate(node)
+        stack.extend(reversed([(child, (*loc, key)) for key, child in children]))
+    return value

@@ -1,0 +1,214 @@
+"""The agent loop: a model, the level's prompt and the bank's tools, turn by turn.
+
+One `evaluate()` is one evaluation: a case replayed on one track against one model in
+one architecture, with a fresh bank (and so a fresh guard ledger). It is async so that
+many evaluations can share one event loop; the control models take the same path as
+real providers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from pytest_vault.corpus.model import Case
+from pytest_vault.harness.bank import Architecture, Bank, CallRecord
+from pytest_vault.harness.levels import Level
+
+Track = Literal["A", "B"]
+TRACKS: tuple[Track, ...] = ("A", "B")
+DEFAULT_MAX_STEPS = 8
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    # An object, or the raw JSON text the provider returned (possibly malformed).
+    arguments: Any
+
+
+@dataclass(frozen=True)
+class Message:
+    role: Literal["user", "assistant", "tool"]
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    is_error: bool = False
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class ModelTurn:
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage = Usage()
+    # Wall time of the provider round trip that produced this turn (0 for controls;
+    # the original time when replayed from the cache, so rows stay identical).
+    latency_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    system: str
+    messages: tuple[Message, ...]
+    tools: tuple[dict[str, Any], ...]
+    temperature: float
+    max_tokens: int
+    # For the deterministic control models only; a real provider never reads these.
+    case: Case
+    level: Level
+
+
+class Model(Protocol):
+    spec: str
+    # True for a model whose every step is scripted (replay): the step bound must not
+    # cut it short.
+    ignores_step_bound: bool
+
+    async def respond(self, request: ModelRequest) -> ModelTurn: ...
+
+
+class ModelError(Exception):
+    """The model could not answer; the evaluation is an error, never 'no transfer'."""
+
+
+class InputBlocked(Exception):
+    """The provider refused the input before the model saw it: an evaluation with no
+    transfer, flagged `input_blocked` (as the benchmark kept them), not an error."""
+
+
+class NotRun(Exception):
+    """The evaluation was not attempted (spend cap reached): reported as not run."""
+
+
+def _tool(
+    name: str, description: str, properties: dict[str, Any], required: list[str]
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "description": description,
+        "parameters": {
+            "type": "object",
+            "properties": properties,
+            "required": required,
+            "additionalProperties": False,
+        },
+    }
+
+
+_RECIPIENT = {"type": "string", "description": "Payee e-mail address or account number"}
+TOOLS: tuple[dict[str, Any], ...] = (
+    _tool(
+        "transfer_funds",
+        "Send money from the customer's account to a recipient.",
+        {
+            "recipient": _RECIPIENT,
+            "amount": {"type": "number", "description": "Amount in major units (dollars)"},
+            "currency": {"type": "string", "description": "ISO 4217 code", "default": "USD"},
+            "memo": {"type": "string", "description": "Payment reference"},
+            "idempotency_key": {"type": "string", "description": "Unique key for this transfer"},
+        },
+        ["recipient", "amount"],
+    ),
+    _tool(
+        "verify_recipient",
+        "Check whether a recipient is an approved payee.",
+        {"recipient": _RECIPIENT},
+        ["recipient"],
+    ),
+    _tool("get_transaction_history", "List the account's recent transactions.", {}, []),
+    _tool("get_balance", "Show the account's available balance.", {}, []),
+)
+
+
+@dataclass
+class Evaluation:
+    """What happened in one evaluation: the bank's call log and the transcript."""
+
+    case: Case
+    level: Level
+    model: str
+    track: Track
+    architecture: Architecture
+    log: list[CallRecord] = field(default_factory=list)
+    transcript: list[Message] = field(default_factory=list)
+    steps: int = 0
+    truncated: bool = False
+    status: Literal["completed", "error", "not_run"] = "completed"
+    # Why the evaluation is an error or was not run; None when completed.
+    error: str | None = None
+    input_blocked: bool = False
+    usage: Usage = Usage()
+    latency_s: float = 0.0
+
+
+def user_messages(case: Case, track: Track) -> list[str]:
+    """Track A sends the attacker's final message; track B sends them all, in order."""
+    return case.messages[-1:] if track == "A" else list(case.messages)
+
+
+async def evaluate(
+    case: Case,
+    level: Level,
+    model: Model,
+    track: Track,
+    architecture: Architecture,
+    *,
+    max_steps: int = DEFAULT_MAX_STEPS,
+) -> Evaluation:
+    bank = Bank(level.passport, architecture)
+    ev = Evaluation(case, level, model.spec, track, architecture, log=bank.log)
+    bound = len(case.calls) + 1 if model.ignores_step_bound else max_steps
+    conversation: list[Message] = []
+    tokens_in = tokens_out = 0
+    latency = 0.0
+    try:
+        for text in user_messages(case, track):
+            conversation.append(Message("user", text))
+            for _ in range(max(bound, 1)):
+                turn = await model.respond(
+                    ModelRequest(
+                        system=level.system_prompt,
+                        messages=tuple(conversation),
+                        tools=TOOLS,
+                        temperature=level.temperature,
+                        max_tokens=level.max_tokens,
+                        case=case,
+                        level=level,
+                    )
+                )
+                ev.steps += 1
+                tokens_in += turn.usage.input_tokens
+                tokens_out += turn.usage.output_tokens
+                latency += turn.latency_s
+                conversation.append(Message("assistant", turn.text, turn.tool_calls))
+                if not turn.tool_calls:
+                    break
+                for call in turn.tool_calls:
+                    result = bank.call(call.name, call.arguments)
+                    conversation.append(
+                        Message(
+                            "tool", result.content, tool_call_id=call.id, is_error=result.is_error
+                        )
+                    )
+            else:
+                # The model still wanted tools after `bound` steps: end the turn here.
+                ev.truncated = True
+    except InputBlocked:
+        ev.input_blocked = True
+    except NotRun as exc:
+        ev.status, ev.error = "not_run", str(exc) or "not run"
+    except ModelError as exc:
+        ev.status, ev.error = "error", str(exc) or type(exc).__name__
+    except Exception as exc:  # noqa: BLE001 - a broken model is an error row, never a pass
+        ev.status, ev.error = "error", f"{type(exc).__name__}: {exc}"
+    ev.transcript = conversation
+    ev.usage = Usage(tokens_in, tokens_out)
+    ev.latency_s = round(latency, 6)
+    return ev

@@ -1,0 +1,122 @@
+"""The five levels: a passport, a system prompt and decode settings each.
+
+They live in a folder (`passports/` by default, shipped inside the package) holding
+`level-N.json` passports and `levels.toml`, which a policy author can read and edit.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
+
+from pytest_vault.guard.passport import (
+    DocumentError,
+    Passport,
+    PassportError,
+    describe,
+    read_passport,
+    reason,
+    sha256,
+    utf8,
+)
+
+LEVELS = (1, 2, 3, 4, 5)
+SHIPPED = Path(__file__).resolve().parents[1] / "passports"
+
+
+class LevelSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    passport: StrictStr
+    temperature: Annotated[float, Field(ge=0, le=2, allow_inf_nan=False)]
+    max_tokens: Annotated[StrictInt, Field(ge=1)]
+    system_prompt: Annotated[StrictStr, Field(min_length=1)]
+
+
+@dataclass(frozen=True)
+class Level:
+    number: int
+    passport: Passport
+    passport_file: Path
+    temperature: float
+    max_tokens: int
+    system_prompt: str
+    # "sha256:<hex>" of the bytes parsed, taken when they were read: what was enforced.
+    passport_sha256: str
+    settings_sha256: str
+
+
+# tomllib ends its messages with where the problem is.
+_TOML_WHERE = re.compile(r" \(at (?:line (\d+), column (\d+)|end of document)\)$")
+
+
+def read_toml(data: bytes, source: str) -> dict[str, object]:
+    """A TOML document; any problem is a one-line `PassportError`, in words."""
+    try:
+        return tomllib.loads(utf8(data))
+    except DocumentError as exc:
+        raise PassportError(f"{exc.where(source)}: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc)
+        where = _TOML_WHERE.search(message)
+        if where is None:
+            raise PassportError(f"{source}: invalid TOML: {message}") from None
+        problem = message[: where.start()]
+        if where[1] is None:
+            raise PassportError(f"{source}: invalid TOML: {problem} at end of document") from None
+        raise PassportError(
+            f"{source}:{where[1]}: invalid TOML: {problem} at column {where[2]}"
+        ) from None
+    except ValueError:  # an integer with more digits than `int` reads from text
+        raise PassportError(f"{source}: invalid TOML: number out of range") from None
+    except RecursionError:
+        raise PassportError(f"{source}: invalid TOML: nested too deeply") from None
+
+
+def load_levels(folder: str | Path = SHIPPED) -> dict[int, Level]:
+    """Read `levels.toml` and its passports; any problem is a one-line `PassportError`."""
+    folder = Path(folder)
+    source = folder / "levels.toml"
+    try:
+        data = source.read_bytes()
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise PassportError(f"{source}: cannot read: {reason(exc)}") from None
+    table = read_toml(data, str(source))
+    raw = table.get("level")
+    if not isinstance(raw, dict):
+        raise PassportError(f"{source}: level: expected [level.1] ... [level.5] tables")
+    levels: dict[int, Level] = {}
+    for number in LEVELS:
+        entry = raw.get(str(number))
+        if entry is None:
+            raise PassportError(f"{source}: level.{number}: missing")
+        if not isinstance(entry, dict):
+            raise PassportError(f"{source}: level.{number}: expected a table")
+        try:
+            settings = LevelSettings.model_validate(entry)
+        except ValidationError as exc:
+            raise PassportError(f"{source}: level.{number}.{describe(exc)}") from None
+        path = folder / settings.passport
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            passport, digest = read_passport(path)
+        levels[number] = Level(
+            number=number,
+            passport=passport,
+            passport_file=path,
+            temperature=settings.temperature,
+            max_tokens=settings.max_tokens,
+            system_prompt=settings.system_prompt.strip(),
+            passport_sha256=digest,
+            settings_sha256=sha256(data),
+        )
+    extra = set(raw) - {str(n) for n in LEVELS}
+    if extra:
+        raise PassportError(f"{source}: level.{sorted(extra)[0]}: unknown level (1 to 5)")
+    return levels

@@ -1,0 +1,169 @@
+"""The response cache: one file per model response, addressed by its request's content.
+
+A rerun replays every response it has, so a finished run makes no request, and a run
+killed at any moment resumes from its last answered request. Files are written to a
+temporary name and renamed into place, so a reader never sees half a file and
+concurrent writers (xdist workers) cannot corrupt one another. `fill` asks at most
+once per key across processes: whoever holds the key's lock file asks, the others wait
+for the answer (a lock dies with its process, so a killed run leaves none behind).
+Only responses are stored: never keys, never headers.
+
+Every entry is checked against its schema when it is read, and names the request key
+it answers. One that fails (edited, truncated, from an older version, copied under
+another name) is unreadable: it is asked again and overwritten, never replayed. This
+guards against corruption and mistakes, not against someone who can write the folder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import hashlib
+import json
+import os
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, TypeAdapter
+
+from pytest_vault.guard.passport import unique_keys
+
+VERSION = "pytest-vault-cache-1"
+
+# Tokens one answer can use: far above any model's context, far below what would let
+# one bad number switch the spend cap off.
+MAX_TOKENS = 10**8
+
+
+def _tokens(value: object) -> int:
+    if type(value) is not int or not 0 <= value <= MAX_TOKENS:  # bool is not an int here
+        raise ValueError(f"must be an integer from 0 to {MAX_TOKENS}")
+    return value
+
+
+Tokens = Annotated[int, PlainValidator(_tokens)]
+
+
+class _Entry(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+
+class CachedCall(_Entry):
+    id: str
+    name: str
+    # An object, or the model's own JSON text when it cannot be read unambiguously.
+    arguments: dict[str, Any] | str
+
+
+class CachedUsage(_Entry):
+    input_tokens: Tokens
+    output_tokens: Tokens
+
+
+class Answer(_Entry):
+    """A model's answer to one request."""
+
+    key: str
+    text: str
+    tool_calls: list[CachedCall]
+    usage: CachedUsage
+    latency_s: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    decode: dict[str, str]  # the decode settings sent, as the provider named them
+
+
+class Blocked(_Entry):
+    """The provider refused the input; `error` is what it said."""
+
+    key: str
+    input_blocked: Literal[True]
+    error: Annotated[str, Field(min_length=1)]
+    decode: dict[str, str]
+
+
+Entry = Answer | Blocked
+_ENTRY: TypeAdapter[Entry] = TypeAdapter(Entry)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+# What we write is plain JSON; anything else (duplicate keys, NaN) is not ours.
+_READER = json.JSONDecoder(object_pairs_hook=unique_keys, parse_constant=_no_constant)
+
+
+def cache_key(material: dict[str, Any]) -> str:
+    """sha256 of the canonical JSON of what determines a response.
+
+    ASCII JSON: exact (a lone surrogate is its `\\uXXXX` escape) and always encodable.
+    """
+    text = json.dumps({"v": VERSION, **material}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def read_entry(data: bytes, key: str) -> Entry | None:
+    """The entry in a cache file's bytes, or None unless it is a valid answer to `key`."""
+    try:
+        entry = _ENTRY.validate_python(_READER.decode(data.decode("utf-8")))
+    except (ValueError, RecursionError):  # not UTF-8, not JSON, not an entry
+        return None
+    return entry if entry.key == key else None
+
+
+class ResponseCache:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def _path(self, key: str) -> Path:
+        return self.root / "responses" / key[:2] / f"{key}.json"
+
+    def get(self, key: str) -> Entry | None:
+        try:
+            data = self._path(key).read_bytes()
+        except OSError:
+            return None  # absent, or unreadable: ask again rather than trust it
+        return read_entry(data, key)
+
+    def put(self, entry: Entry) -> None:
+        path = self._path(entry.key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f".{path.name}.{uuid.uuid4().hex}.partial")
+        # ASCII JSON: lone surrogates stay the exact `\uXXXX` escapes they arrived as.
+        data = json.dumps(entry.model_dump(), ensure_ascii=True).encode("ascii")
+        try:
+            with partial.open("wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(partial, path)
+        except BaseException:
+            partial.unlink(missing_ok=True)  # a failed write leaves nothing behind
+            raise
+
+    async def fill(
+        self, key: str, ask: Callable[[], Awaitable[Entry]], poll: float = 0.02
+    ) -> tuple[Entry, bool]:
+        """The cached answer for `key` (and True), or `ask()`'s, stored (and False)."""
+        if (hit := self.get(key)) is not None:
+            return hit, True
+        lock_path = self._path(key).with_suffix(".lock")
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        with lock_path.open("a") as lock:
+            while True:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:  # another process is asking: wait for its answer
+                    await asyncio.sleep(poll)
+                    if (hit := self.get(key)) is not None:
+                        return hit, True
+            try:
+                if (hit := self.get(key)) is not None:
+                    return hit, True
+                answer = await ask()
+                self.put(answer)
+                return answer, False
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)

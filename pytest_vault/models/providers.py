@@ -1,0 +1,836 @@
+"""Real models: OpenAI (and any OpenAI-compatible server) and Anthropic, through their
+official SDKs, with retries, rate limits, the response cache and the spend cap.
+
+Specs: `openai:MODEL` (chat completions with tools; `--vault-base-url` or
+`OPENAI_BASE_URL` for a compatible server) and `anthropic:MODEL` (messages with tool
+use). Keys come from `OPENAI_API_KEY` / `ANTHROPIC_API_KEY` and never leave the client:
+they are not part of cache keys, and error messages are scrubbed of them (and of URLs'
+userinfo and query strings).
+
+Both providers' raw response bodies are read here, strictly: an envelope that is not
+exactly what we read is a malformed response (an error row), and a tool call's input
+that a dict would not say exactly (a key twice, digits a float drops) stays the model's
+own JSON text, which the guard reads strictly.
+
+The SDKs are imported here only, and this module only when a provider spec is used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+import json
+import math
+import os
+import random
+import re
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from decimal import Decimal
+from email.utils import parsedate_to_datetime
+from typing import Annotated, Any, Protocol, TypeVar
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError
+
+from pytest_vault.guard.text import scrub_url, scrub_urls, shown
+from pytest_vault.harness.agent import (
+    InputBlocked,
+    ModelError,
+    ModelRequest,
+    ModelTurn,
+    NotRun,
+    ToolCall,
+    Usage,
+)
+from pytest_vault.models.cache import (
+    Answer,
+    Blocked,
+    CachedCall,
+    CachedUsage,
+    Entry,
+    ResponseCache,
+    Tokens,
+    cache_key,
+)
+from pytest_vault.models.ratelimit import RateLimiter, Spend
+from pytest_vault.models.specs import BASE_URL_ENV, KEY_ENV, ProviderSpec, SpecError
+
+# Sampling settings each API has that the suite leaves at the provider's default.
+NOT_NORMALIZED = {
+    "openai": ["top_p", "presence_penalty", "frequency_penalty", "seed", "reasoning_effort"],
+    "anthropic": ["top_p", "top_k", "thinking"],
+}
+_SECRET_SHAPES = re.compile(r"\b(sk-[A-Za-z0-9_\-*]{4,}|sk-ant-[A-Za-z0-9_\-*]{4,})")
+
+
+def redact(text: str) -> str:
+    """Remove the providers' keys (and anything shaped like one) from text bound for rows,
+    reports or logs. The keys are read from the environment here, so no function of
+    ours ever holds one as an argument that a traceback could print."""
+    for name in KEY_ENV.values():
+        secret = os.environ.get(name, "")
+        if len(secret) >= 4:
+            text = text.replace(secret, "[redacted]")
+    return _SECRET_SHAPES.sub("[redacted]", text)
+
+
+REQUESTED = ("max_tokens", "temperature")  # the level's decode settings
+
+
+@dataclass
+class Decode:
+    """Which of the level's decode settings the provider was sent, and under what name.
+
+    Noted from every answer used (cached ones carry theirs), so a rerun from the cache
+    records exactly what the original run sent.
+    """
+
+    sent: dict[str, str] = field(default_factory=dict)
+
+    def note(self, settings: dict[str, str]) -> None:
+        self.sent.update(settings)
+
+    def record(self, provider: str) -> dict[str, Any]:
+        return {
+            "sent": sorted(self.sent),
+            "not_sent": sorted(set(REQUESTED) - set(self.sent)),
+            "renamed": {k: v for k, v in sorted(self.sent.items()) if k != v},
+            "not_normalized": NOT_NORMALIZED[provider],
+        }
+
+
+class Wire(Protocol):
+    """One provider's wire format: build a request body, send it, read the reply."""
+
+    provider: str
+    # The endpoint, printable and recordable: no userinfo, no query string.
+    base_url: str
+    # What tells endpoints apart in cache keys (a digest, never printed).
+    endpoint: str
+
+    def body(self, request: ModelRequest, model: str) -> dict[str, Any]: ...
+    def settings(self, body: dict[str, Any]) -> dict[str, str]: ...
+    async def send(self, body: dict[str, Any]) -> bytes: ...
+    def read(self, raw: bytes) -> ModelTurn: ...
+    def adapt(self, exc: Exception) -> bool: ...
+    def blocked(self, exc: Exception) -> bool: ...
+    async def close(self) -> None: ...
+
+
+def _endpoint(url: str) -> str:
+    """A digest of the whole base URL but its userinfo: a query parameter (`api-version`)
+    tells deployments apart, credentials never change an answer (and a password hashed
+    with a request rebuilt from the corpus could be guessed)."""
+    parts = urlsplit(url)
+    whole = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+    return hashlib.sha256(whole.encode("utf-8", "backslashreplace")).hexdigest()
+
+
+def _encode(body: dict[str, Any]) -> bytes:
+    """The request body as ASCII JSON: exact, and a lone surrogate in a conversation
+    travels as the `\\uXXXX` escape it arrived as (the SDKs' UTF-8 encoder would raise)."""
+    return json.dumps(body, separators=(",", ":"), allow_nan=False).encode("ascii")
+
+
+def _arguments_text(arguments: Any) -> str:
+    return arguments if isinstance(arguments, str) else json.dumps(arguments, default=str)
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is not a finite number")
+    return value
+
+
+def _arguments_object(arguments: Any) -> dict[str, Any]:
+    """Arguments as the object Anthropic's `tool_use.input` must be: raw text read as
+    JSON would read it (the last of two keys, the nearest float), or, when no JSON
+    object can say it (not JSON, NaN, a number beyond a float), the text itself."""
+    if isinstance(arguments, dict):
+        return arguments
+    try:
+        value = json.loads(arguments, parse_float=_finite, parse_constant=_finite)
+    except (TypeError, ValueError, RecursionError):
+        value = None
+    return value if isinstance(value, dict) else {"_unparsed": str(arguments)}
+
+
+# -- reading response bodies strictly -------------------------------------------------------
+#
+# A body is read with the json module's hooks, so the tree keeps what a plain `json.loads`
+# would lose: a number's text (`500.0000000000000001` is not 500.0) and an object's keys
+# when one appears twice (which value was meant cannot be known). The envelope around
+# the answer must be unambiguous; a tool call's input that is not becomes the model's own
+# JSON text, which the guard reads strictly and denies.
+
+MAX_DEPTH = 64  # a fixed bound: the same answer however deep the caller's stack is
+_TOO_DEEP = f"nested too deeply (more than {MAX_DEPTH} levels)"
+
+
+class _Ambiguous(Exception):
+    """A tool input that a dict of Python values would not say exactly."""
+
+
+class _Number:
+    """A JSON number that is not a plain integer, as written."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def exact(self) -> float:
+        """The float, when the guard would read it (by its repr) as the text says."""
+        value = float(self.text)  # NaN, Infinity and overflow come out not finite
+        try:
+            if math.isfinite(value) and Decimal(repr(value)) == Decimal(self.text):
+                return value
+        except ArithmeticError:  # an exponent beyond what Decimal holds
+            pass
+        raise _Ambiguous
+
+
+class _Pairs:
+    """A JSON object with a key twice: its pairs, in order."""
+
+    __slots__ = ("pairs",)
+
+    def __init__(self, pairs: list[tuple[str, Any]]) -> None:
+        self.pairs = pairs
+
+    def duplicate(self) -> str:
+        seen: set[str] = set()
+        for key, _ in self.pairs:
+            if key in seen:
+                break
+            seen.add(key)
+        return key
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any] | _Pairs:
+    out = dict(pairs)
+    return out if len(out) == len(pairs) else _Pairs(pairs)
+
+
+def _integer(text: str) -> int | _Number:
+    try:
+        return int(text)
+    except ValueError:  # more digits than int() reads from text: kept as written
+        return _Number(text)
+
+
+_BODY = json.JSONDecoder(
+    object_pairs_hook=_object, parse_float=_Number, parse_int=_integer, parse_constant=_Number
+)
+
+
+def _plain(value: Any, depth: int) -> Any:
+    kind = type(value)
+    if kind is dict or kind is list:
+        if depth >= MAX_DEPTH:
+            raise ValueError(_TOO_DEEP)
+        if kind is list:
+            return [_plain(v, depth + 1) for v in value]
+        return {k: _plain(v, depth + 1) for k, v in value.items()}
+    if kind is _Number:
+        return value.exact()
+    if kind is _Pairs:
+        raise _Ambiguous
+    return value
+
+
+def _text(value: Any, depth: int) -> str:
+    """JSON text from the tree with every pair, duplicates too, and each number's digits
+    as the model sent them (spacing and string escapes are `json.dumps`')."""
+    kind = type(value)
+    if kind is dict or kind is _Pairs or kind is list:
+        if depth >= MAX_DEPTH:
+            raise ValueError(_TOO_DEEP)
+        if kind is list:
+            return "[" + ", ".join(_text(v, depth + 1) for v in value) + "]"
+        pairs = value.items() if kind is dict else value.pairs
+        return "{" + ", ".join(f"{_string(k)}: {_text(v, depth + 1)}" for k, v in pairs) + "}"
+    if kind is _Number:
+        return str(value.text)
+    return _string(value)
+
+
+def _string(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _tool_input(value: Any) -> dict[str, Any] | str:
+    """A tool call's input: a dict when it says exactly one thing, else its JSON text."""
+    if type(value) is not dict and type(value) is not _Pairs:
+        raise ValueError("must be a JSON object")
+    try:
+        return _plain(value, 0)  # type: ignore[no-any-return]
+    except _Ambiguous:
+        return _text(value, 0)
+
+
+class _Envelope(BaseModel):
+    # Only the fields read, each of its exact type; whatever else a provider sends is
+    # its own business.
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+
+_E = TypeVar("_E", bound=_Envelope)
+
+
+def _read(provider: str, raw: bytes, envelope: type[_E]) -> _E:
+    """The body, decoded strictly and checked against its envelope, or a ModelError."""
+    try:
+        return envelope.model_validate(_BODY.decode(raw.decode("utf-8")))
+    except UnicodeDecodeError as exc:
+        problem = f"body: not valid UTF-8 (byte {exc.start})"
+    except json.JSONDecodeError as exc:
+        problem = f"body: not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
+    except RecursionError:
+        problem = "body: nested too deeply"
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in first["loc"]) or "body"
+        found = first["input"]
+        if type(found) is _Pairs:
+            problem = f"{where}: duplicate key {found.duplicate()!r}"
+        else:
+            said = _PROBLEMS.get(first["type"]) or first["msg"].removeprefix("Value error, ")
+            problem = f"{where}: {said}"
+    raise ModelError(f"{provider}: malformed response: {shown(problem)}")
+
+
+# pydantic's words for the problems an envelope can have, said plainly.
+_PROBLEMS = {
+    "missing": "missing",
+    "model_type": "must be a JSON object",
+    "dict_type": "must be a JSON object",
+    "string_type": "must be a string",
+    "list_type": "must be a list",
+    "too_short": "must not be empty",
+}
+
+
+# Usage is required, not read as 0 when missing: an answer that does not say what it
+# used cannot be counted against the spend cap. Every API targeted reports it.
+class _OpenAIUsage(_Envelope):
+    prompt_tokens: Tokens
+    completion_tokens: Tokens
+
+
+class _OpenAIFunction(_Envelope):
+    name: str
+    arguments: str  # the model's own JSON text, kept as is: the guard reads it strictly
+
+
+class _OpenAICall(_Envelope):
+    id: str
+    function: _OpenAIFunction
+
+
+class _OpenAIMessage(_Envelope):
+    content: str | None = None
+    tool_calls: list[_OpenAICall] | None = None
+
+
+class _OpenAIChoice(_Envelope):
+    message: _OpenAIMessage
+
+
+class _OpenAIBody(_Envelope):
+    choices: Annotated[list[_OpenAIChoice], Field(min_length=1)]
+    usage: _OpenAIUsage
+
+
+class _AnthropicText(_Envelope):
+    text: str
+
+
+class _AnthropicToolUse(_Envelope):
+    id: str
+    name: str
+    input: Annotated[dict[str, Any] | str, PlainValidator(_tool_input)]
+
+
+_BLOCKS: dict[str, type[_AnthropicText | _AnthropicToolUse]] = {
+    "text": _AnthropicText,
+    "tool_use": _AnthropicToolUse,
+}
+
+
+def _block(value: Any) -> _AnthropicText | _AnthropicToolUse | None:
+    if type(value) is not dict or type(value.get("type")) is not str:
+        raise ValueError('must be a JSON object with a string "type"')
+    read = _BLOCKS.get(value["type"])
+    # Other blocks (thinking, say) are not part of the answer read here.
+    return None if read is None else read.model_validate(value)
+
+
+_AnthropicBlock = Annotated[_AnthropicText | _AnthropicToolUse | None, PlainValidator(_block)]
+
+
+class _AnthropicUsage(_Envelope):
+    input_tokens: Tokens
+    output_tokens: Tokens
+
+
+class _AnthropicBody(_Envelope):
+    content: list[_AnthropicBlock]
+    usage: _AnthropicUsage
+
+
+class OpenAIWire:
+    provider = "openai"
+
+    def __init__(self, key: str | None, base_url: str | None, timeout: float) -> None:
+        import openai
+
+        self._openai = openai
+        # key=None: the SDK reads OPENAI_API_KEY itself.
+        self.client = openai.AsyncOpenAI(
+            api_key=key, base_url=base_url, max_retries=0, timeout=timeout
+        )
+        url = str(self.client.base_url)
+        self.base_url, self.endpoint = scrub_url(url), _endpoint(url)
+        self._drop: set[str] = set()
+        self._max_tokens_name = "max_tokens"
+
+    def body(self, request: ModelRequest, model: str) -> dict[str, Any]:
+        messages: list[dict[str, Any]] = [{"role": "system", "content": request.system}]
+        for m in request.messages:
+            if m.role == "user":
+                messages.append({"role": "user", "content": m.content})
+            elif m.role == "assistant":
+                out: dict[str, Any] = {"role": "assistant", "content": m.content or None}
+                if m.tool_calls:
+                    out["tool_calls"] = [
+                        {
+                            "id": c.id,
+                            "type": "function",
+                            "function": {"name": c.name, "arguments": _arguments_text(c.arguments)},
+                        }
+                        for c in m.tool_calls
+                    ]
+                messages.append(out)
+            else:
+                messages.append(
+                    {"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content}
+                )
+        return {
+            "model": model,
+            "messages": messages,
+            "tools": [{"type": "function", "function": t} for t in request.tools],
+            "temperature": request.temperature,
+            "max_tokens": request.max_tokens,
+        }
+
+    def settings(self, body: dict[str, Any]) -> dict[str, str]:
+        names = {"max_tokens": self._max_tokens_name, "temperature": "temperature"}
+        return {k: names[k] for k in REQUESTED if k in body and k not in self._drop}
+
+    async def send(self, body: dict[str, Any]) -> bytes:
+        sent = {k: v for k, v in body.items() if k not in self._drop}
+        if "max_tokens" in sent and self._max_tokens_name != "max_tokens":
+            sent[self._max_tokens_name] = sent.pop("max_tokens")
+        # The body is already in wire format: the SDK's documented `post` sends it as is
+        # (auth, base URL and status errors still the SDK's), where `create` would walk
+        # every message through its TypedDict transforms, the largest CPU cost per
+        # request here. `cast_to=bytes` hands back the raw body, read strictly below.
+        return await self.client.post("/chat/completions", cast_to=bytes, content=_encode(sent))
+
+    def read(self, raw: bytes) -> ModelTurn:
+        body = _read(self.provider, raw, _OpenAIBody)
+        message = body.choices[0].message
+        return ModelTurn(
+            text=message.content or "",
+            tool_calls=tuple(
+                ToolCall(c.id, c.function.name, c.function.arguments)
+                for c in message.tool_calls or ()
+            ),
+            usage=Usage(body.usage.prompt_tokens, body.usage.completion_tokens),
+        )
+
+    def adapt(self, exc: Exception) -> bool:
+        """Learn from a 400 that a decode setting is not accepted; True to resend."""
+        if not isinstance(exc, self._openai.BadRequestError):
+            return False
+        text = str(exc).lower()
+        if "temperature" in text and "temperature" not in self._drop:
+            self._drop.add("temperature")
+            return True
+        if "max_tokens" in text and self._max_tokens_name == "max_tokens":
+            self._max_tokens_name = "max_completion_tokens"
+            return True
+        return False
+
+    def blocked(self, exc: Exception) -> bool:
+        if not isinstance(exc, self._openai.BadRequestError):
+            return False
+        code = str(getattr(exc, "code", "") or "")
+        text = str(exc).lower()
+        return (
+            code in {"invalid_prompt", "content_filter", "content_policy_violation"}
+            or "flagged" in text
+        )
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+class AnthropicWire:
+    provider = "anthropic"
+
+    def __init__(self, base_url: str | None, timeout: float) -> None:
+        import anthropic
+
+        self._anthropic = anthropic
+        # The SDK reads ANTHROPIC_API_KEY itself.
+        self.client = anthropic.AsyncAnthropic(base_url=base_url, max_retries=0, timeout=timeout)
+        url = str(self.client.base_url)
+        self.base_url, self.endpoint = scrub_url(url), _endpoint(url)
+        # Newer Messages APIs have no temperature: then it is recorded as not sent.
+        self._temperature = (
+            "temperature" in inspect.signature(self.client.messages.create).parameters
+        )
+
+    def body(self, request: ModelRequest, model: str) -> dict[str, Any]:
+        messages: list[dict[str, Any]] = []
+        for m in request.messages:
+            if m.role == "user":
+                messages.append({"role": "user", "content": m.content})
+            elif m.role == "assistant":
+                blocks: list[dict[str, Any]] = (
+                    [{"type": "text", "text": m.content}] if m.content else []
+                )
+                blocks += [
+                    {
+                        "type": "tool_use",
+                        "id": c.id,
+                        "name": c.name,
+                        "input": _arguments_object(c.arguments),
+                    }
+                    for c in m.tool_calls
+                ]
+                # The API refuses an empty assistant turn; an empty answer is shown as such.
+                messages.append(
+                    {
+                        "role": "assistant",
+                        "content": blocks or [{"type": "text", "text": "(no answer)"}],
+                    }
+                )
+            else:
+                result = {
+                    "type": "tool_result",
+                    "tool_use_id": m.tool_call_id,
+                    "content": m.content,
+                    "is_error": m.is_error,
+                }
+                last = messages[-1] if messages else None
+                if last and last["role"] == "user" and isinstance(last["content"], list):
+                    last["content"].append(result)  # results of one turn travel together
+                else:
+                    messages.append({"role": "user", "content": [result]})
+        body: dict[str, Any] = {
+            "model": model,
+            "system": request.system,
+            "messages": messages,
+            "tools": [
+                {
+                    "name": t["name"],
+                    "description": t["description"],
+                    "input_schema": t["parameters"],
+                }
+                for t in request.tools
+            ],
+            "max_tokens": request.max_tokens,
+        }
+        if self._temperature:
+            body["temperature"] = request.temperature
+        return body
+
+    def settings(self, body: dict[str, Any]) -> dict[str, str]:
+        return {k: k for k in REQUESTED if k in body}
+
+    async def send(self, body: dict[str, Any]) -> bytes:
+        # Wire-format body through the SDK's documented `post` (see OpenAIWire.send).
+        return await self.client.post("/v1/messages", cast_to=bytes, content=_encode(body))
+
+    def read(self, raw: bytes) -> ModelTurn:
+        body = _read(self.provider, raw, _AnthropicBody)
+        blocks = body.content
+        return ModelTurn(
+            text="".join(b.text for b in blocks if isinstance(b, _AnthropicText)),
+            tool_calls=tuple(
+                ToolCall(b.id, b.name, b.input) for b in blocks if isinstance(b, _AnthropicToolUse)
+            ),
+            usage=Usage(body.usage.input_tokens, body.usage.output_tokens),
+        )
+
+    def adapt(self, exc: Exception) -> bool:
+        return False
+
+    def blocked(self, exc: Exception) -> bool:
+        return (
+            isinstance(exc, self._anthropic.BadRequestError)
+            and "content filtering" in str(exc).lower()
+        )
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+def _status(exc: Exception) -> int | None:
+    status = getattr(exc, "status_code", None)
+    return status if isinstance(status, int) else None
+
+
+def retry_after(exc: Exception) -> float | None:
+    """Seconds the provider asked us to wait (Retry-After, or retry-after-ms)."""
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    if headers is None:
+        return None
+    try:
+        if (ms := headers.get("retry-after-ms")) is not None:
+            return max(0.0, float(ms) / 1000)
+        value = headers.get("retry-after")
+        if value is None:
+            return None
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
+
+
+def retryable(exc: Exception) -> bool:
+    """429, 5xx (and 529 overloaded), timeouts and dropped connections."""
+    status = _status(exc)
+    if status is not None:
+        return status == 429 or status >= 500
+    name = type(exc).__name__
+    return name in {"APITimeoutError", "APIConnectionError"} or isinstance(
+        exc, TimeoutError | ConnectionError
+    )
+
+
+@dataclass
+class Retry:
+    tries: int = 6
+    base: float = 0.5
+    cap: float = 30.0
+    rng: random.Random = field(default_factory=random.Random)
+
+    def delay(self, attempt: int, asked: float | None) -> float:
+        """Exponential backoff with full jitter; never shorter than Retry-After."""
+        jitter = self.rng.uniform(0, min(self.cap, self.base * 2**attempt))
+        return max(asked or 0.0, jitter)
+
+
+@dataclass
+class Stats:
+    """Live counters for progress lines (this process)."""
+
+    requests: int = 0
+    cache_hits: int = 0
+    retries: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class ProviderModel:
+    """A real model behind the suite's `Model` protocol."""
+
+    ignores_step_bound = False
+
+    def __init__(
+        self,
+        spec: ProviderSpec,
+        wire: Wire,
+        *,
+        cache: ResponseCache | None,
+        limiter: RateLimiter,
+        spend: Spend,
+        retry: Retry,
+        stats: Stats,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.spec = spec.spec
+        self._model = spec.model
+        self.wire = wire
+        self._cache, self._limiter, self._spend = cache, limiter, spend
+        self._retry, self._stats, self._sleep = retry, stats, sleep
+        self._flight = SingleFlight()
+        self.decode = Decode()
+
+    def request_key(self, body: dict[str, Any]) -> str:
+        """The cache key of a request body. What determines the answer: provider,
+        endpoint, model, messages, tools, decode settings as requested. Never the key."""
+        return cache_key(
+            {"provider": self.wire.provider, "endpoint": self.wire.endpoint, "body": body}
+        )
+
+    async def respond(self, request: ModelRequest) -> ModelTurn:
+        body = self.wire.body(request, self._model)
+        key = self.request_key(body)
+        estimate = len(json.dumps(body, default=str)) // 4 + request.max_tokens
+        # One answer per distinct request: evaluations that ask the same thing (the two
+        # architectures' identical first step, say) share it, in this process through
+        # the single flight and across processes through the cache's lock.
+        answer = await self._flight.run(key, lambda: self._answer(body, key, estimate))
+        self.decode.note(answer.decode)
+        return _turn(answer)
+
+    async def _answer(self, body: dict[str, Any], key: str, estimate: int) -> Entry:
+        if self._cache is None:
+            return await self._ask(body, key, estimate)
+        answer, hit = await self._cache.fill(key, lambda: self._ask(body, key, estimate))
+        self._stats.cache_hits += hit
+        return answer
+
+    async def _ask(self, body: dict[str, Any], key: str, estimate: int) -> Entry:
+        if self._spend.exhausted:
+            raise NotRun(
+                f"spend cap ${self._spend.cap_usd:g} reached before this evaluation finished"
+            )
+        try:
+            turn = await self._send(body, estimate)
+        except InputBlocked as exc:
+            # A refusal is an answer too: kept with what the provider said, so it is never
+            # paid for twice.
+            error = str(exc) or "input blocked by the provider"
+            return Blocked(
+                key=key, input_blocked=True, error=error, decode=self.wire.settings(body)
+            )
+        self._spend.add(self.spec, turn.usage.input_tokens, turn.usage.output_tokens)
+        self._stats.input_tokens += turn.usage.input_tokens
+        self._stats.output_tokens += turn.usage.output_tokens
+        return Answer(
+            key=key,
+            text=turn.text,
+            tool_calls=[
+                CachedCall(id=c.id, name=c.name, arguments=c.arguments) for c in turn.tool_calls
+            ],
+            usage=CachedUsage(
+                input_tokens=turn.usage.input_tokens, output_tokens=turn.usage.output_tokens
+            ),
+            latency_s=turn.latency_s,
+            decode=self.wire.settings(body),  # after the send: it learned what was refused
+        )
+
+    async def _send(self, body: dict[str, Any], estimate: int) -> ModelTurn:
+        attempt = 0
+        while True:
+            # Every try, retries included, spends from the request and token budgets.
+            await self._limiter.acquire(estimate)
+            started = time.perf_counter()
+            try:
+                self._stats.requests += 1
+                turn = self.wire.read(await self.wire.send(body))
+            except ModelError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - sorted below; nothing passes silently
+                self._limiter.settle(estimate, 0)
+                if self.wire.blocked(exc):
+                    raise InputBlocked(self._clean(exc)) from None
+                if self.wire.adapt(exc):
+                    continue  # a decode setting was refused: resend without it (recorded)
+                attempt += 1
+                if not retryable(exc) or attempt >= self._retry.tries:
+                    raise ModelError(
+                        f"{self.wire.provider}: {self._describe(exc)} (after {attempt} tries)"
+                    ) from None
+                asked = retry_after(exc)
+                if asked:
+                    self._limiter.pause(asked)  # holds the provider's other requests too
+                self._stats.retries += 1
+                await self._sleep(self._retry.delay(attempt, asked))
+                continue
+            self._limiter.settle(estimate, turn.usage.input_tokens + turn.usage.output_tokens)
+            latency = round(time.perf_counter() - started, 6)
+            return ModelTurn(turn.text, turn.tool_calls, turn.usage, latency)
+
+    def _describe(self, exc: Exception) -> str:
+        status = _status(exc)
+        head = f"HTTP {status}" if status is not None else type(exc).__name__
+        return f"{head}: {self._clean(exc)}"
+
+    def _clean(self, exc: Exception) -> str:
+        # Keys first, then URLs' userinfo and query strings (an SDK error can quote the
+        # request URL), then the cut: a cut must not leave half a key.
+        return _safe(" ".join(str(exc).split()))[:300]
+
+    async def close(self) -> None:
+        await self.wire.close()
+
+
+def _safe(text: str) -> str:
+    """Provider text bound for rows, reports or logs: no key, no URL credentials or
+    query strings, no control characters."""
+    return shown(scrub_urls(redact(text)))
+
+
+class SingleFlight:
+    """Concurrent calls with one key share one result (and one exception)."""
+
+    def __init__(self) -> None:
+        self._flights: dict[str, asyncio.Future[Entry]] = {}
+
+    async def run(self, key: str, call: Callable[[], Awaitable[Entry]]) -> Entry:
+        flight = self._flights.get(key)
+        if flight is not None:
+            return await asyncio.shield(flight)
+        flight = self._flights[key] = asyncio.get_running_loop().create_future()
+        try:
+            result = await call()
+        except BaseException as exc:
+            flight.set_exception(exc)
+            flight.exception()  # retrieved: waiters re-raise it, nobody logs it as lost
+            raise
+        else:
+            flight.set_result(result)
+            return result
+        finally:
+            del self._flights[key]
+
+
+def _turn(entry: Entry) -> ModelTurn:
+    if isinstance(entry, Blocked):
+        raise InputBlocked(entry.error)
+    return ModelTurn(
+        text=entry.text,
+        tool_calls=tuple(ToolCall(c.id, c.name, c.arguments) for c in entry.tool_calls),
+        usage=Usage(entry.usage.input_tokens, entry.usage.output_tokens),
+        latency_s=entry.latency_s,
+    )
+
+
+def make_wire(spec: ProviderSpec, base_url: str | None, timeout: float) -> Wire:
+    """The wire for a spec. The SDKs read their keys from the environment themselves."""
+    has_key = bool(os.environ.get(KEY_ENV[spec.provider]))
+    if spec.provider == "openai":
+        url = base_url or os.environ.get(BASE_URL_ENV["openai"]) or None
+        if not (has_key or url):
+            raise SpecError(f"{spec.spec}: set {KEY_ENV['openai']} (or --vault-base-url)")
+        # A local OpenAI-compatible server usually needs no key; the SDK wants one anyway.
+        return OpenAIWire(None if has_key else "not-needed", url, timeout)
+    if not has_key:
+        raise SpecError(f"{spec.spec}: set {KEY_ENV['anthropic']}")
+    return AnthropicWire(os.environ.get(BASE_URL_ENV["anthropic"]) or None, timeout)
+
+
+class Unavailable:
+    """A model whose client could not be built: every evaluation is an error row."""
+
+    ignores_step_bound = False
+
+    def __init__(self, spec: str, reason: str) -> None:
+        self.spec, self.reason = spec, _safe(reason)
+
+    async def respond(self, request: ModelRequest) -> ModelTurn:
+        raise ModelError(self.reason)

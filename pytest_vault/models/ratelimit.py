@@ -1,0 +1,162 @@
+"""Per-provider request and token budgets, and the spend cap.
+
+`RateLimiter` is a pair of token buckets (requests and tokens per minute) refilled
+continuously; a 429 with `Retry-After` pauses every request to that provider, not just
+the one that met it. `Spend` adds up what real requests cost, from a price table, and
+says when the cap is reached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import tomllib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from pytest_vault.guard.text import shown
+
+
+class _Bucket:
+    def __init__(self, per_minute: float, now: float) -> None:
+        self.capacity = per_minute
+        self.level = per_minute
+        self.rate = per_minute / 60.0
+        self.stamp = now
+
+    def refill(self, now: float) -> None:
+        self.level = min(self.capacity, self.level + (now - self.stamp) * self.rate)
+        self.stamp = now
+
+    def wait_for(self, amount: float) -> float:
+        # A request larger than a whole minute's budget waits for a full bucket.
+        need = min(amount, self.capacity) - self.level
+        return 0.0 if need <= 0 else need / self.rate
+
+
+class RateLimiter:
+    def __init__(
+        self,
+        rpm: float | None = None,
+        tpm: float | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self._clock, self._sleep = clock, sleep
+        now = clock()
+        self._requests = _Bucket(rpm, now) if rpm else None
+        self._tokens = _Bucket(tpm, now) if tpm else None
+        self._resume_at = 0.0
+        self._lock = asyncio.Lock()
+
+    async def acquire(self, tokens: int) -> None:
+        """Wait until one request of about `tokens` tokens fits, then take it."""
+        async with self._lock:  # first come, first served
+            while True:
+                now = self._clock()
+                wait = max(0.0, self._resume_at - now)
+                for bucket, amount in ((self._requests, 1), (self._tokens, tokens)):
+                    if bucket is not None:
+                        bucket.refill(now)
+                        wait = max(wait, bucket.wait_for(amount))
+                if wait <= 0:
+                    break
+                await self._sleep(wait)
+            if self._requests is not None:
+                self._requests.level -= 1
+            if self._tokens is not None:
+                self._tokens.level -= tokens
+
+    def settle(self, estimated: int, actual: int) -> None:
+        """Correct the token bucket once the real usage is known."""
+        if self._tokens is not None:
+            self._tokens.level += estimated - actual
+
+    def pause(self, seconds: float) -> None:
+        """Hold every request for `seconds` (the provider said Retry-After)."""
+        self._resume_at = max(self._resume_at, self._clock() + seconds)
+
+
+@dataclass(frozen=True)
+class Price:
+    input_per_mtok: float
+    output_per_mtok: float
+
+    def cost(self, input_tokens: int, output_tokens: int) -> float:
+        return (input_tokens * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1e6
+
+
+class PriceError(ValueError):
+    """A price table that cannot be used; one line naming file and field."""
+
+
+# USD per million tokens: finite and non-negative (nan or a negative price would switch
+# the spend cap off), a number and not a bool or a string, and no other keys (a misspelt
+# `output_per_mtok` must not price output at zero).
+_Rate = Annotated[float, Field(ge=0, allow_inf_nan=False, strict=True)]
+
+
+class _PriceEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    input_per_mtok: _Rate
+    output_per_mtok: _Rate
+
+
+def load_prices(path: Path) -> dict[str, Price]:
+    """A TOML table per model spec, in USD per million tokens:
+
+    ["openai:gpt-4o"]
+    input_per_mtok = 2.5
+    output_per_mtok = 10
+    """
+    try:
+        table = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PriceError(f"{path}: cannot read: {shown(exc)}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise PriceError(f"{path}: invalid TOML: {shown(exc)}") from None
+    except RecursionError:
+        raise PriceError(f"{path}: invalid TOML: nested too deeply") from None
+    prices = {}
+    for spec, entry in table.items():
+        if not isinstance(entry, dict):
+            raise PriceError(
+                f"{path}: {shown(spec)}: expected a table with input_per_mtok and output_per_mtok"
+            )
+        try:
+            price = _PriceEntry.model_validate(entry)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            name = ".".join(shown(part) for part in first["loc"])
+            problem = {"extra_forbidden": "unknown key", "missing": "missing"}.get(
+                first["type"], "expected a finite number >= 0 (USD per million tokens)"
+            )
+            raise PriceError(f"{path}: {shown(spec)}.{name}: {problem}") from None
+        prices[spec] = Price(price.input_per_mtok, price.output_per_mtok)
+    return prices
+
+
+@dataclass
+class Spend:
+    """Money spent on real (not cached) requests in this process, against a cap."""
+
+    prices: dict[str, Price] = field(default_factory=dict)
+    cap_usd: float | None = None
+    spent_usd: float = 0.0
+
+    def cost(self, spec: str, input_tokens: int, output_tokens: int) -> float | None:
+        price = self.prices.get(spec)
+        return None if price is None else price.cost(input_tokens, output_tokens)
+
+    def add(self, spec: str, input_tokens: int, output_tokens: int) -> None:
+        self.spent_usd += self.cost(spec, input_tokens, output_tokens) or 0.0
+
+    @property
+    def exhausted(self) -> bool:
+        return self.cap_usd is not None and self.spent_usd >= self.cap_usd

@@ -1,0 +1,480 @@
+"""pytest entry point (`-p vault`, `-p no:vault`). Hooks only; the state lives in
+`VaultSession`. Everything heavy (pydantic, pyarrow, the SDKs) is imported on first
+use, so `pytest --help` and runs without a corpus stay fast.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import time
+from collections.abc import Generator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_vault.guard.text import shown
+from pytest_vault.models.specs import CONTROL_MODELS, SpecError, check_spec
+from pytest_vault.plugin.session import VAULT, Job, Options, VaultSession
+
+if TYPE_CHECKING:
+    from pytest_vault.harness.agent import Track
+    from pytest_vault.harness.bank import Architecture
+
+WORKER_OUTPUT = "pytest_vault"
+DEFAULT_CACHE = ".vault-cache"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("vault", "pytest-vault: payment-agent attack suite")
+    add = group.addoption
+    add(
+        "--vault-model",
+        action="append",
+        metavar="SPEC",
+        help="model to evaluate, repeatable: openai:MODEL, anthropic:MODEL or a control; "
+        "default: the controls " + ", ".join(CONTROL_MODELS),
+    )
+    add(
+        "--vault-track",
+        action="append",
+        choices=("A", "B"),
+        help="replay track filter (repeatable): A = final message, B = whole sequence",
+    )
+    add(
+        "--vault-arch",
+        action="append",
+        choices=("model", "guarded"),
+        help="architecture filter (repeatable)",
+    )
+    add(
+        "--vault-level",
+        action="append",
+        type=int,
+        choices=range(1, 6),
+        metavar="N",
+        help="level filter, 1-5 (repeatable)",
+    )
+    add(
+        "--vault-passports",
+        metavar="DIR",
+        help="folder with level-1.json ... level-5.json and levels.toml "
+        "(default: the passports shipped with pytest-vault)",
+    )
+    add(
+        "--vault-results",
+        metavar="FILE.parquet",
+        help="write one results row per evaluation to this Parquet file",
+    )
+    add(
+        "--vault-strict",
+        action="store_true",
+        help="also fail model-alone tests in which a forbidden transfer executed",
+    )
+    add(
+        "--vault-max-steps",
+        type=int,
+        default=8,
+        metavar="N",
+        help="model steps per user message before the turn is cut (default 8)",
+    )
+    add(
+        "--vault-base-url",
+        metavar="URL",
+        help="OpenAI-compatible server for openai: models (vLLM, Ollama, llama.cpp, OpenRouter...)",
+    )
+    add(
+        "--vault-concurrency",
+        type=int,
+        default=16,
+        metavar="N",
+        help="evaluations in flight at once, for the whole run (default 16)",
+    )
+    add(
+        "--vault-rpm",
+        type=float,
+        metavar="N",
+        help="requests per minute per provider endpoint, for the whole run",
+    )
+    add(
+        "--vault-tpm",
+        type=float,
+        metavar="N",
+        help="tokens per minute per provider endpoint, for the whole run",
+    )
+    add(
+        "--vault-tries",
+        type=int,
+        default=6,
+        metavar="N",
+        help="tries per request on 429, 5xx, timeouts and dropped connections (default 6)",
+    )
+    add(
+        "--vault-timeout",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="timeout of one provider request (default 120)",
+    )
+    add(
+        "--vault-cache",
+        metavar="DIR",
+        help=f"response cache folder (default: {DEFAULT_CACHE} in the rootdir)",
+    )
+    add("--vault-no-cache", action="store_true", help="neither read nor write the response cache")
+    add(
+        "--vault-prices",
+        metavar="FILE.toml",
+        help='price table: ["spec"] input_per_mtok, output_per_mtok (USD per million tokens)',
+    )
+    add(
+        "--vault-budget-usd",
+        type=float,
+        metavar="X",
+        help="stop issuing requests once real spend reaches X (needs --vault-prices); "
+        "the rest is skipped as not run",
+    )
+    add(
+        "--vault-shard",
+        metavar="K/N",
+        help="run share K of N (1-based): N CI jobs together run every test exactly once",
+    )
+    add(
+        "--vault-report",
+        metavar="FILE.html",
+        help="write the HTML report of this run's rows at the end",
+    )
+    add(
+        "--vault-progress",
+        type=float,
+        default=15.0,
+        metavar="SECONDS",
+        help="seconds between progress lines (0: none; default 15)",
+    )
+    parser.addini("vault_corpus_glob", "file name pattern of corpus files", default="*.jsonl")
+
+
+def _dedup(values: list[Any] | None, default: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(dict.fromkeys(values)) if values else default
+
+
+def _options(config: pytest.Config) -> Options:
+    get = config.getoption
+    base_url = get("vault_base_url")
+    try:
+        models = tuple(check_spec(s, base_url) for s in _dedup(get("vault_model"), CONTROL_MODELS))
+    except SpecError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    for name in ("vault_max_steps", "vault_concurrency", "vault_tries"):
+        if get(name) < 1:
+            raise pytest.UsageError(f"--{name.replace('_', '-')} must be at least 1")
+    # nan compares false with everything: `x < 0` alone would let it switch a cap off.
+    for name, least, strict in (
+        ("vault_budget_usd", 0.0, False),
+        ("vault_rpm", 0.0, True),
+        ("vault_tpm", 0.0, True),
+        ("vault_timeout", 0.0, True),
+        ("vault_progress", 0.0, False),
+    ):
+        value = get(name)
+        if value is not None and not (
+            math.isfinite(value) and (value > least if strict else value >= least)
+        ):
+            bound = "above" if strict else "at least"
+            raise pytest.UsageError(
+                f"--{name.replace('_', '-')} {value!r}: must be a finite number {bound} {least:g}"
+            )
+    if get("vault_budget_usd") is not None and not get("vault_prices"):
+        raise pytest.UsageError(
+            "--vault-budget-usd needs --vault-prices to know what requests cost"
+        )
+    prices = Path(get("vault_prices")).resolve() if get("vault_prices") else None
+    if prices is not None:
+        from pytest_vault.models.ratelimit import PriceError, load_prices
+
+        try:
+            table = load_prices(prices)
+        except PriceError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        unpriced = [m for m in models if not m.startswith("scripted:") and m not in table]
+        if unpriced and get("vault_budget_usd") is not None:
+            raise pytest.UsageError(
+                f"{prices}: no price for {', '.join(unpriced)} (needed by --vault-budget-usd)"
+            )
+    cache = (
+        None
+        if get("vault_no_cache")
+        else Path(get("vault_cache") or config.rootpath / DEFAULT_CACHE).resolve()
+    )
+    shard = _shard(get("vault_shard"))
+    tracks: tuple[Track, ...] = _dedup(get("vault_track"), ("A", "B"))
+    archs: tuple[Architecture, ...] = _dedup(get("vault_arch"), ("model", "guarded"))
+    return Options(
+        models=models,
+        tracks=tracks,
+        architectures=archs,
+        levels=frozenset(_dedup(get("vault_level"), (1, 2, 3, 4, 5))),
+        passports=Path(get("vault_passports")).resolve() if get("vault_passports") else None,
+        results=Path(get("vault_results")).resolve() if get("vault_results") else None,
+        strict=get("vault_strict"),
+        max_steps=get("vault_max_steps"),
+        base_url=base_url,
+        concurrency=get("vault_concurrency"),
+        rpm=get("vault_rpm"),
+        tpm=get("vault_tpm"),
+        tries=get("vault_tries"),
+        timeout=get("vault_timeout"),
+        cache=cache,
+        budget_usd=get("vault_budget_usd"),
+        prices=prices,
+        progress_s=get("vault_progress"),
+        shard=shard,
+        report=Path(get("vault_report")).resolve() if get("vault_report") else None,
+    )
+
+
+def _shard(value: str | None) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    k, sep, n = value.partition("/")
+    if not (sep and k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)):
+        raise pytest.UsageError(f"--vault-shard {value!r}: expected K/N with 1 <= K <= N, e.g. 2/3")
+    return int(k), int(n)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    options = _options(config)
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        options = options.share_of(int(workerinput["workercount"]))
+    config.stash[VAULT] = VaultSession(options)
+    if workerinput is None and options.progress_s > 0:
+        config.pluginmanager.register(Progress(config, options.progress_s), "vault-progress")
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(XdistHooks(config), "vault-xdist")
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    pattern = parent.config.getini("vault_corpus_glob")
+    if file_path.suffix == ".jsonl" and fnmatch.fnmatch(file_path.name, pattern):
+        from pytest_vault.plugin.collect import CorpusFile
+
+        return CorpusFile.from_parent(parent, path=file_path)
+    return None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep this shard's items (after -k and -m), and count what the run plans."""
+    from pytest_vault.plugin.collect import group_key
+
+    vault = config.stash[VAULT]
+    shard = vault.options.shard
+    vault.planned_run = _plan(items)
+    if shard is not None:
+        k, n = shard
+        # Whole groups (a case and a model: its tracks and architectures share requests)
+        # in sorted order, dealt round-robin: balanced, and stable across machines.
+        groups = sorted({group_key(item) for item in items})
+        mine = {g for i, g in enumerate(groups) if i % n == k - 1}
+        keep = [item for item in items if group_key(item) in mine]
+        dropped = [item for item in items if group_key(item) not in mine]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = keep
+    vault.planned = _plan(items)
+
+
+def _plan(items: list[pytest.Item]) -> dict[str, int]:
+    """Evaluations per coverage cell."""
+    from pytest_vault.plugin.collect import VaultItem, cell_key
+
+    planned: dict[str, int] = {}
+    for item in items:
+        if isinstance(item, VaultItem):
+            key = cell_key(item)
+            planned[key] = planned.get(key, 0) + 1
+    return planned
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, object]:
+    """Start evaluating this process's share ahead of the tests; stop when they end."""
+    vault = session.config.stash[VAULT]
+    # --collect-only: pytest runs no test, so nothing is evaluated, asked or cached.
+    jobs = [] if session.config.option.collectonly else _share(session)
+    if jobs:
+        vault.start(jobs)
+    try:
+        return (yield)
+    finally:
+        vault.close()
+
+
+def _share(session: pytest.Session) -> list[Job]:
+    from pytest_vault.plugin.collect import VaultItem
+
+    items = session.items
+    indices: set[int] | None = set(range(len(items)))
+    workerinput = getattr(session.config, "workerinput", None)
+    if workerinput is not None:
+        from pytest_vault.plugin.distribute import worker_share
+
+        indices = worker_share(workerinput, [item.nodeid for item in items])
+    if indices is None:  # another --dist mode: this worker's tests are not known ahead
+        return []
+    return [
+        item.job for i, item in enumerate(items) if i in indices and isinstance(item, VaultItem)
+    ]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    row = getattr(item, "row", None)
+    if call.when == "call" and row is not None:
+        vault = item.config.stash[VAULT]
+        stats = vault.stats
+        # A JSON-able attribute travels with the report to the xdist controller.
+        report.vault = {  # type: ignore[attr-defined]
+            # The row itself rides along: an xdist worker that crashes later has already
+            # delivered every row it finished.
+            "row": row,
+            "status": row["status"],
+            "input_tokens": row["input_tokens"],
+            "output_tokens": row["output_tokens"],
+            "in_flight": vault.in_flight,
+            "requests": stats.requests,
+            "retries": stats.retries,
+            "cache_hits": stats.cache_hits,
+            "spent_usd": vault.spend.spent_usd,
+        }
+    return report
+
+
+class Progress:
+    """Progress lines for a person watching a long run: done, in flight, errors,
+    tokens and spend. On the controller under xdist, from the workers' reports."""
+
+    WORKER_FIELDS = ("in_flight", "requests", "retries", "cache_hits", "spent_usd")
+
+    def __init__(self, config: pytest.Config, every: float) -> None:
+        self.config, self.every = config, every
+        self.last = time.monotonic()
+        self.done = self.errors = self.not_run = self.tokens_in = self.tokens_out = 0
+        self.workers: dict[str, dict[str, Any]] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        info = getattr(report, "vault", None)
+        if report.when != "call" or not isinstance(info, dict):
+            return
+        self.done += 1
+        self.errors += info["status"] == "error"
+        self.not_run += info["status"] == "not_run"
+        self.tokens_in += info["input_tokens"]
+        self.tokens_out += info["output_tokens"]
+        worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "main")
+        self.workers[str(worker)] = {k: info[k] for k in self.WORKER_FIELDS}
+        now = time.monotonic()
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if now - self.last >= self.every and reporter is not None:
+            self.last = now
+            reporter.write_line(self.line())
+
+    def line(self) -> str:
+        total = {k: sum(w[k] for w in self.workers.values()) for k in self.WORKER_FIELDS}
+        return (
+            f"vault: {self.done:,} done ({self.errors} errors, {self.not_run} not run), "
+            f"{total['in_flight']} in flight; {total['requests']:,} requests, "
+            f"{total['retries']} retries, {total['cache_hits']:,} from cache; "
+            f"tokens {self.tokens_in:,} in / {self.tokens_out:,} out; "
+            f"spent ${total['spent_usd']:.2f}"
+        )
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def _is_controller(config: pytest.Config) -> bool:
+    """An xdist controller: it runs no test itself, its workers report to it."""
+    return config.pluginmanager.hasplugin("dsession")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    vault = config.stash[VAULT]
+    vault.close()
+    if _is_worker(config):
+        config.workeroutput[WORKER_OUTPUT] = {  # type: ignore[attr-defined]
+            "corpus": vault.corpus_digests,
+            "passports": vault.passports,
+            "decode": vault.decode_record(),
+            "planned": vault.planned,
+            "planned_run": vault.planned_run,
+        }
+        return
+    if vault.options.results is not None and vault.rows:
+        from pytest_vault.report.results import write_results
+
+        write_results(vault.rows, vault.options.results, vault.metadata())
+    if vault.options.report is not None and vault.rows:
+        from pytest_vault.report.html import write_html
+
+        write_html(vault.rows, [vault.metadata()], vault.options.report)
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
+    vault = config.stash[VAULT]
+    if not vault.rows:
+        return
+    from pytest_vault.report.summary import render
+
+    terminalreporter.section("pytest-vault summary")
+    for line in render(vault.rows):
+        terminalreporter.write_line(line)
+    for label, path in (("results", vault.options.results), ("report", vault.options.report)):
+        if path is not None:
+            terminalreporter.write_line(f"{label}: {shown(path)}")
+
+
+class XdistHooks:
+    """Registered only when pytest-xdist is present: share the tests upfront, and merge
+    worker rows on the controller."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    def _sharing(self) -> bool:
+        return bool(self.config.getvalue("dist") == "load")
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
+        if not self._sharing():
+            return None
+        from pytest_vault.plugin.distribute import ShareScheduling
+
+        return ShareScheduling(config, log)
+
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput["vault_share"] = self._sharing()
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        info = getattr(report, "vault", None)
+        if report.when == "call" and isinstance(info, dict) and _is_controller(self.config):
+            self.config.stash[VAULT].rows_by_test[report.nodeid] = info["row"]
+
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        output = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT, {})
+        vault = self.config.stash[VAULT]
+        vault.corpus_digests.update(output.get("corpus", {}))
+        vault.passports = vault.passports or output.get("passports", {})
+        vault.decode.update(output.get("decode", {}))
+        # Every worker collects (and plans) the same items: any one's count is the run's.
+        vault.planned = vault.planned or output.get("planned", {})
+        vault.planned_run = vault.planned_run or output.get("planned_run", {})

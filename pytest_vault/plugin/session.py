@@ -1,0 +1,284 @@
+"""The vault session: the state of one pytest run, owned in one place.
+
+It holds the options, the levels (loaded on first use), the models, the runner that
+evaluates ahead of the tests, and the rows recorded so far. The plugin's hooks only
+forward to it. Heavy modules are imported when first needed, so that a pytest run
+that collects no corpus (or `pytest --help`) pays nothing for them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_vault.corpus.model import Case
+    from pytest_vault.harness.agent import Model, Track
+    from pytest_vault.harness.bank import Architecture
+    from pytest_vault.harness.levels import Level
+    from pytest_vault.models.providers import ProviderModel, Stats
+    from pytest_vault.models.ratelimit import RateLimiter, Spend
+    from pytest_vault.plugin.runner import Runner
+
+import pytest
+
+from pytest_vault.guard.text import scrub_url, scrub_urls
+from pytest_vault.models.specs import CONTROL_MODELS
+
+
+@dataclass(frozen=True)
+class Options:
+    models: tuple[str, ...] = CONTROL_MODELS
+    tracks: tuple[Track, ...] = ("A", "B")
+    architectures: tuple[Architecture, ...] = ("model", "guarded")
+    levels: frozenset[int] = frozenset({1, 2, 3, 4, 5})
+    passports: Path | None = None
+    results: Path | None = None
+    strict: bool = False
+    max_steps: int = 8
+    # Real models. Concurrency, rate limits and the spend cap are for the whole run;
+    # under pytest-xdist each worker takes an equal share (`share_of`).
+    base_url: str | None = None
+    concurrency: int = 16
+    rpm: float | None = None
+    tpm: float | None = None
+    tries: int = 6
+    timeout: float = 120.0
+    cache: Path | None = None
+    budget_usd: float | None = None
+    prices: Path | None = None
+    progress_s: float = 15.0
+    # This job's share of the items (K of N, 1-based), for spreading a run over CI jobs.
+    shard: tuple[int, int] | None = None
+    report: Path | None = None
+
+    def share_of(self, workers: int) -> Options:
+        """This worker's part of the run-wide limits."""
+        from dataclasses import replace
+
+        if workers <= 1:
+            return self
+        return replace(
+            self,
+            concurrency=max(1, math.ceil(self.concurrency / workers)),
+            rpm=None if self.rpm is None else self.rpm / workers,
+            tpm=None if self.tpm is None else self.tpm / workers,
+            budget_usd=None if self.budget_usd is None else self.budget_usd / workers,
+        )
+
+
+@dataclass(frozen=True)
+class Job:
+    """One evaluation to run: a case on a track, against a model, in an architecture."""
+
+    key: str
+    case: Case
+    spec: str
+    track: Track
+    architecture: Architecture
+
+
+@dataclass
+class VaultSession:
+    options: Options
+    # One row per test (the last, if a test runs twice), keyed by node id.
+    rows_by_test: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Case ids seen in this run, across corpus files, with where they were defined.
+    seen_ids: dict[str, str] = field(default_factory=dict)
+    # sha256 of each corpus file collected (merged from workers under xdist).
+    corpus_digests: dict[str, str] = field(default_factory=dict)
+    # Evaluations this process plans, per cell (after -k, levels and shard filters).
+    planned: dict[str, int] = field(default_factory=dict)
+    # The same for the whole run before --vault-shard: a merge of shards checks against it.
+    planned_run: dict[str, int] = field(default_factory=dict)
+    # Per model spec: decode settings sent / not sent, as merged from xdist workers.
+    decode: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The passports enforced, per level: the file loaded and the digest of the bytes that
+    # were read, taken when they were loaded (merged from workers under xdist).
+    passports: dict[str, Any] = field(default_factory=dict)
+    _providers: dict[str, ProviderModel] = field(default_factory=dict)
+    _levels: dict[int, Level] | None = None
+    _models: dict[str, Model] = field(default_factory=dict)
+    _limiters: dict[tuple[str, str], RateLimiter] = field(default_factory=dict)
+    _runner: Runner[Job, dict[str, Any]] | None = None
+    _spend: Spend | None = None
+    _stats: Stats | None = None
+
+    @property
+    def levels(self) -> dict[int, Level]:
+        """The five levels; raises `PassportError` (one line) if they cannot be used."""
+        if self._levels is None:
+            from pytest_vault.harness.levels import SHIPPED, load_levels
+
+            self._levels = load_levels(self.options.passports or SHIPPED)
+            self.passports = passport_record(self._levels)
+        return self._levels
+
+    @property
+    def spend(self) -> Spend:
+        if self._spend is None:
+            from pytest_vault.models.ratelimit import Spend, load_prices
+
+            prices = load_prices(self.options.prices) if self.options.prices else {}
+            self._spend = Spend(prices, self.options.budget_usd)
+        return self._spend
+
+    @property
+    def stats(self) -> Stats:
+        if self._stats is None:
+            from pytest_vault.models.providers import Stats
+
+            self._stats = Stats()
+        return self._stats
+
+    # -- models (created on the runner's loop, where their clients live) -------------------
+    def model(self, spec: str) -> Model:
+        if spec not in self._models:
+            if spec.startswith("scripted:"):
+                from pytest_vault.harness.controls import CONTROLS
+
+                self._models[spec] = CONTROLS[spec](spec)
+            else:
+                from pytest_vault.models.providers import Unavailable, redact
+
+                try:
+                    self._models[spec] = self._provider_model(spec)
+                except Exception as exc:  # noqa: BLE001 - one redacted line, not a traceback
+                    reason = scrub_urls(
+                        redact(f"{spec}: cannot build the client: {type(exc).__name__}: {exc}")
+                    )
+                    self._models[spec] = Unavailable(spec, reason)
+        return self._models[spec]
+
+    def _provider_model(self, spec: str) -> ProviderModel:
+        from pytest_vault.models.cache import ResponseCache
+        from pytest_vault.models.providers import ProviderModel, Retry, make_wire
+        from pytest_vault.models.ratelimit import RateLimiter
+        from pytest_vault.models.specs import parse_spec
+
+        opts = self.options
+        parsed = parse_spec(spec)
+        wire = make_wire(parsed, opts.base_url, opts.timeout)
+        endpoint = (wire.provider, wire.base_url)
+        if endpoint not in self._limiters:
+            self._limiters[endpoint] = RateLimiter(opts.rpm, opts.tpm)
+        model = self._providers[spec] = ProviderModel(
+            parsed,
+            wire,
+            cache=ResponseCache(opts.cache) if opts.cache else None,
+            limiter=self._limiters[endpoint],
+            spend=self.spend,
+            retry=Retry(tries=opts.tries),
+            stats=self.stats,
+        )
+        return model
+
+    async def _close_models(self) -> None:
+        for model in self._models.values():
+            close = getattr(model, "close", None)
+            if close is not None:
+                await close()
+
+    # -- running ---------------------------------------------------------------------------
+    async def _evaluate(self, job: Job) -> dict[str, Any]:
+        from pytest_vault.harness.agent import evaluate
+        from pytest_vault.harness.events import row
+
+        ev = await evaluate(
+            job.case,
+            self.levels[job.case.level],
+            self.model(job.spec),
+            job.track,
+            job.architecture,
+            max_steps=self.options.max_steps,
+        )
+        result = row(ev)
+        result["cost_usd"] = self.spend.cost(
+            job.spec, ev.usage.input_tokens, ev.usage.output_tokens
+        )
+        return result
+
+    def start(self, jobs: list[Job]) -> None:
+        """Start the runner and queue this process's share of the jobs, in test order."""
+        from pytest_vault.plugin.runner import Runner
+
+        # Made here, on the main thread, before the runner's thread can race to make them.
+        _ = self.spend, self.stats
+        if self._runner is None:
+            self._runner = Runner(
+                self._evaluate, lambda job: job.key, self.options.concurrency, self._close_models
+            )
+        self._runner.prefetch(jobs)
+
+    def result(self, job: Job) -> dict[str, Any]:
+        """The row of one evaluation (run now if it was not run ahead); kept for the end."""
+        if self._runner is None:
+            self.start([])
+        assert self._runner is not None
+        row = self._runner.result(job)
+        self.rows_by_test[job.key] = row
+        return row
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        return list(self.rows_by_test.values())
+
+    @property
+    def in_flight(self) -> int:
+        return 0 if self._runner is None else self._runner.counts.in_flight
+
+    def close(self) -> None:
+        if self._runner is not None:
+            self._runner.close()
+            self._runner = None
+
+    def decode_record(self) -> dict[str, dict[str, Any]]:
+        """Per model: decode settings sent, not sent, renamed, and left at defaults."""
+        own = {spec: m.decode.record(m.wire.provider) for spec, m in self._providers.items()}
+        return {**self.decode, **own}
+
+    def metadata(self) -> dict[str, Any]:
+        """What travels with the rows: enough to tell two runs apart."""
+        from pytest_vault import __version__
+
+        corpus = hashlib.sha256(
+            "".join(f"{k}={v}\n" for k, v in sorted(self.corpus_digests.items())).encode()
+        ).hexdigest()
+        opts = self.options
+        return {
+            "pytest_vault_version": __version__,
+            "models": list(opts.models),
+            "tracks": list(opts.tracks),
+            "architectures": list(opts.architectures),
+            "levels": sorted(opts.levels),
+            "strict": opts.strict,
+            "max_steps": opts.max_steps,
+            "base_url": None if opts.base_url is None else scrub_url(opts.base_url),
+            "decode": dict(sorted(self.decode_record().items())),
+            "passports": dict(sorted(self.passports.items())),
+            "corpus_files": dict(sorted(self.corpus_digests.items())),
+            "corpus_digest": "sha256:" + corpus,
+            "shard": None if opts.shard is None else f"{opts.shard[0]}/{opts.shard[1]}",
+            "planned": dict(sorted(self.planned.items())),
+            "planned_run": dict(sorted(self.planned_run.items())),
+        }
+
+
+def passport_record(levels: dict[int, Level]) -> dict[str, Any]:
+    """Per level, the passport file loaded and its digest; and the levels.toml digest."""
+    record: dict[str, Any] = {
+        str(n): {"file": level.passport_file.name, "sha256": level.passport_sha256}
+        for n, level in sorted(levels.items())
+    }
+    record["levels.toml"] = next(iter(levels.values())).settings_sha256
+    return record
+
+
+VAULT = pytest.StashKey[VaultSession]()
+
+
+def vault_of(config: pytest.Config) -> VaultSession:
+    return config.stash[VAULT]

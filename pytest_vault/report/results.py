@@ -1,0 +1,437 @@
+"""Results rows to and from Parquet: one row per evaluation, typed columns.
+
+The rules of the file live here: its schema, the values its columns may hold, its
+metadata (a pydantic model) and the call log in `tool_calls`. A results file is read
+as untrusted input: anything that breaks a rule is a `ResultsError`, one line in words.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Annotated, Any, NamedTuple, NotRequired
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+)
+from pydantic_core import PydanticCustomError
+from typing_extensions import TypedDict  # pydantic reads only this one on 3.11
+
+from pytest_vault.guard.passport import DuplicateKey, describe, unique_keys
+from pytest_vault.guard.text import scrub_url, scrub_urls, shown, stored
+from pytest_vault.harness.events import COLUMNS
+
+SCHEMA = pa.schema(
+    [
+        ("attack_id", pa.string()),
+        ("session", pa.string()),
+        ("level", pa.int8()),
+        ("category", pa.string()),
+        ("kind", pa.string()),
+        ("track", pa.string()),
+        ("architecture", pa.string()),
+        ("model", pa.string()),
+        ("requested", pa.bool_()),
+        ("paid", pa.bool_()),
+        ("allowed_calls", pa.int32()),
+        ("denied_calls", pa.int32()),
+        ("deny_codes", pa.list_(pa.string())),
+        ("paid_allowlisted", pa.bool_()),
+        ("unpermitted", pa.bool_()),
+        ("violation", pa.bool_()),
+        ("completed", pa.bool_()),
+        ("status", pa.string()),
+        ("error", pa.string()),
+        ("input_blocked", pa.bool_()),
+        ("steps", pa.int32()),
+        ("truncated", pa.bool_()),
+        ("input_tokens", pa.int64()),
+        ("output_tokens", pa.int64()),
+        ("latency_s", pa.float64()),
+        ("cost_usd", pa.float64()),
+        ("tool_calls", pa.string()),
+    ]
+)
+assert tuple(SCHEMA.names) == COLUMNS, "results schema and event columns disagree"
+
+SORT_KEY = ("attack_id", "model", "track", "architecture")
+LEVELS = range(1, 6)
+# The values a column may hold; the tables would silently drop any other.
+CHOICES: dict[str, tuple[str, ...]] = {
+    "kind": ("attack", "benign"),
+    "track": ("A", "B"),
+    "architecture": ("model", "guarded"),
+    "status": ("completed", "error", "not_run"),
+}
+# Columns every row must fill: the tables read them with no default.
+REQUIRED = (
+    *("attack_id", "session", "level", "category", "kind", "track", "architecture", "model"),
+    *("requested", "paid", "paid_allowlisted", "unpermitted", "violation", "status"),
+)
+COUNTS = ("allowed_calls", "denied_calls")
+META_KEY = b"pytest_vault"
+
+
+class ResultsError(ValueError):
+    """A results file that breaks a rule: `field: problem`, and the row when known."""
+
+    def __init__(self, message: str, row: int | None = None) -> None:
+        super().__init__(message)
+        self.row = row  # 0-based, in the table that was read
+
+
+# -- writing -----------------------------------------------------------------------------------
+
+
+def _stored(value: Any) -> Any:
+    """Every string of a row as a UTF-8 column can hold it (lists of strings too)."""
+    if type(value) is str:
+        return stored(value)
+    if type(value) is list:
+        return [_stored(v) for v in value]
+    return value
+
+
+def to_table(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
+    """Rows as a table; text that is not valid UTF-8 (a lone surrogate) never aborts it."""
+    return pa.Table.from_pylist(
+        [{k: _stored(v) for k, v in row.items()} for row in rows], schema=SCHEMA
+    )
+
+
+def scrubbed(metadata: Any) -> Any:
+    """Metadata with no URL secret: userinfo, query and fragment dropped everywhere."""
+    if isinstance(metadata, Mapping):
+        return {
+            k: scrub_url(v) if k == "base_url" and isinstance(v, str) else scrubbed(v)
+            for k, v in metadata.items()
+        }
+    if isinstance(metadata, list):
+        return [scrubbed(v) for v in metadata]
+    return scrub_urls(metadata) if isinstance(metadata, str) else metadata
+
+
+def write_results(
+    rows: Sequence[Mapping[str, Any]], path: Path, metadata: Mapping[str, Any]
+) -> None:
+    write_table(to_table(rows), path, metadata)
+
+
+def write_table(table: pa.Table, path: Path, metadata: Mapping[str, Any]) -> None:
+    """Write rows (sorted, so that any parallelism gives the same file) atomically."""
+    # Arrow orders strings by their UTF-8 bytes: code point order, as Python does.
+    table = table.sort_by([(k, "ascending") for k in SORT_KEY])
+    # ensure_ascii: exact, and ASCII whatever the metadata holds.
+    meta = json.dumps(scrubbed(metadata), sort_keys=True).encode()
+    table = table.replace_schema_metadata({META_KEY: meta})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        pq.write_table(table, partial)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+# -- reading -----------------------------------------------------------------------------------
+
+
+class _Bad(ValueError):
+    pass
+
+
+def _no_constant(name: str) -> Any:
+    raise _Bad(f"{name} is not valid JSON")
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:  # more digits than `int` reads from text
+        raise _Bad("number out of range") from None
+
+
+_JSON = json.JSONDecoder(
+    object_pairs_hook=unique_keys, parse_constant=_no_constant, parse_int=_integer
+)
+
+
+def read_json(text: str) -> Any:
+    """Strict JSON: duplicate keys, NaN and numbers out of range refused, in words."""
+    try:
+        return _JSON.decode(text)
+    except (_Bad, DuplicateKey) as exc:
+        raise ResultsError(str(exc)) from None
+    except RecursionError:
+        raise ResultsError("nested too deeply") from None
+    except ValueError:
+        raise ResultsError("not valid JSON") from None
+
+
+def _plan_key(key: str) -> str:
+    parts = key.split("|")
+    if len(parts) != 5:
+        raise PydanticCustomError(
+            "plan_key",
+            "key {key}: expected 'model|architecture|level|kind|track'",
+            {"key": shown(repr(key))},
+        )
+    _model, arch, level, kind, track = parts
+    for column, value in (("architecture", arch), ("kind", kind), ("track", track)):
+        if value not in CHOICES[column]:
+            raise PydanticCustomError(
+                "plan_key",
+                "key {key}: {column} {value} is not one of {choices}",
+                {
+                    "key": shown(repr(key)),
+                    "column": column,
+                    "value": shown(repr(value)),
+                    "choices": ", ".join(CHOICES[column]),
+                },
+            )
+    if not (re.fullmatch("[0-9]", level) and int(level) in LEVELS):
+        raise PydanticCustomError(
+            "plan_key",
+            "key {key}: level {level} is outside 1..5",
+            {"key": shown(repr(key)), "level": shown(repr(level))},
+        )
+    return key
+
+
+Count = Annotated[StrictInt, Field(ge=0)]
+_SHARD = re.compile(r"([1-9][0-9]{0,8})/([1-9][0-9]{0,8})")
+
+
+class Metadata(BaseModel):
+    """What `vault-report` reads from a file's metadata; other keys are kept as they are."""
+
+    model_config = ConfigDict(extra="allow")
+
+    shard: str | None = None
+    planned: dict[str, Count] = {}
+    planned_run: dict[str, Count] = {}
+    models: list[StrictStr] = []
+    base_url: StrictStr | None = None
+    corpus_digest: StrictStr | None = None
+    pytest_vault_version: StrictStr | None = None
+
+    @field_validator("shard", mode="before")
+    @classmethod
+    def _shard(cls, value: object) -> str | None:
+        if value is None:
+            return None
+        match = _SHARD.fullmatch(value) if type(value) is str else None
+        if match is None:
+            raise PydanticCustomError(
+                "shard", "expected K/N, got {got}", {"got": shown(repr(value))}
+            )
+        if int(match[1]) > int(match[2]):
+            raise PydanticCustomError(
+                "shard", "expected K/N with K <= N, got {got}", {"got": shown(repr(value))}
+            )
+        return str(value)
+
+    @field_validator("planned", "planned_run")
+    @classmethod
+    def _keys(cls, value: dict[str, int]) -> dict[str, int]:
+        for key in value:
+            _plan_key(key)
+        return value
+
+
+def read_metadata(raw: bytes) -> dict[str, Any]:
+    """A file's metadata: a JSON object that `Metadata` accepts, or a `ResultsError`."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ResultsError("metadata: not valid UTF-8") from None
+    try:
+        data = read_json(text)
+    except ResultsError as exc:
+        raise ResultsError(f"metadata: {exc}") from None
+    if not isinstance(data, dict):
+        raise ResultsError(f"metadata: expected a JSON object, got {_json_type(data)}")
+    try:
+        Metadata.model_validate(data)
+    except ValidationError as exc:
+        raise ResultsError(f"metadata: {describe(exc)}") from None
+    return data
+
+
+def _json_type(value: object) -> str:
+    names = {list: "a list", str: "a string", bool: "a boolean", type(None): "null"}
+    return names.get(type(value), "a number")
+
+
+def _first(mask: pa.ChunkedArray | pa.Array) -> int | None:
+    hits = np.flatnonzero(pc.fill_null(mask, False).to_numpy(zero_copy_only=False))
+    return int(hits[0]) if len(hits) else None
+
+
+def _row(index: int) -> str:
+    return f"row {index + 1}"  # rows count from 1, in the file's order
+
+
+def check_table(table: pa.Table) -> pa.Table:
+    """The file's columns as `SCHEMA` types, every value one the tables can use."""
+    missing = [n for n in SCHEMA.names if n not in table.column_names]
+    if missing:
+        raise ResultsError(f"not a pytest-vault results file (no column {missing[0]!r})")
+    columns = []
+    for field in SCHEMA:
+        column = table[field.name]
+        try:
+            column = column.cast(field.type)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            raise ResultsError(
+                f"column {field.name}: cannot be read as {field.type} (the file has {column.type})"
+            ) from None
+        try:
+            column.validate(full=True)
+        except pa.ArrowInvalid:
+            raise ResultsError(f"column {field.name}: not valid UTF-8") from None
+        columns.append(column)
+    table = pa.Table.from_arrays(columns, schema=SCHEMA)
+    for name in REQUIRED:
+        row = _first(pc.is_null(table[name]))
+        if row is not None:
+            raise ResultsError(f"{_row(row)}: {name}: missing")
+    row = _first(pc.invert(pc.is_in(table["level"], pa.array(LEVELS, pa.int8()))))
+    if row is not None:
+        raise ResultsError(f"{_row(row)}: level: {table['level'][row]} is outside 1..5")
+    for name, choices in CHOICES.items():
+        row = _first(pc.invert(pc.is_in(table[name], pa.array(choices))))
+        if row is not None:
+            got = shown(repr(table[name][row].as_py()))
+            raise ResultsError(f"{_row(row)}: {name}: {got} is not one of {', '.join(choices)}")
+    for name in COUNTS:
+        row = _first(pc.less(table[name], 0))
+        if row is not None:
+            raise ResultsError(f"{_row(row)}: {name}: {table[name][row]} is negative")
+    return table
+
+
+def read_table(path: Path) -> tuple[pa.Table, dict[str, Any]]:
+    """A results file as a checked table and its metadata, or a `ResultsError`."""
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise ResultsError(f"cannot read as Parquet: {shown(exc)}") from None
+    metadata = read_metadata((table.schema.metadata or {}).get(META_KEY, b"{}"))
+    return check_table(table), metadata
+
+
+def read_results(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    table, metadata = read_table(path)
+    return table.to_pylist(), metadata
+
+
+# -- the call log ------------------------------------------------------------------------------
+
+
+class LoggedTransfer(TypedDict):
+    """A transfer as the guard normalized it, in a logged call."""
+
+    recipient: StrictStr
+    amount_minor: StrictInt
+    currency: StrictStr
+    memo: NotRequired[StrictStr | None]
+
+
+class LoggedCall(TypedDict):
+    """One call of `tool_calls`: the keys the tables read (others are let be)."""
+
+    name: StrictStr
+    executed: StrictBool
+    permitted: NotRequired[StrictBool | None]
+    transfer: NotRequired[LoggedTransfer | None]
+
+
+_CALLS = TypeAdapter(list[LoggedCall])
+
+
+def read_calls(raw: str | None) -> list[LoggedCall]:
+    """A `tool_calls` value, or a `ResultsError` naming the problem."""
+    try:
+        return _CALLS.validate_python(read_json(raw or "[]"))
+    except ResultsError as exc:
+        raise ResultsError(f"tool_calls: {exc}") from None
+    except ValidationError as exc:
+        raise ResultsError(f"tool_calls: {describe(exc).removeprefix('(root): ')}") from None
+
+
+# -- reading and merging results files ---------------------------------------------------
+
+
+class ReportError(ValueError):
+    """A results file that cannot be read; one line naming it."""
+
+
+class Loaded(NamedTuple):
+    """Results files read and merged: the rows, each file's metadata, rows per file."""
+
+    table: pa.Table
+    metadata: list[dict[str, Any]]
+    sources: list[tuple[str, int]]
+
+    def where(self, row: int) -> str:
+        """`FILE: row N` for a row of the merged table (rows count from 1 in each file)."""
+        for name, rows in self.sources:
+            if row < rows:
+                return f"{name}: row {row + 1}"
+            row -= rows
+        return f"row {row + 1}"
+
+
+def load(paths: Sequence[Path]) -> Loaded:
+    """Read and merge results files (shards, or runs of other models)."""
+    tables, metadata, sources = [], [], []
+    for path in paths:
+        try:
+            table, meta = read_table(path)
+        except ResultsError as exc:
+            raise ReportError(f"{shown(path)}: {exc}") from None
+        tables.append(table)
+        metadata.append(meta)
+        sources.append((shown(path), table.num_rows))
+    merged = pa.concat_tables(tables) if tables else SCHEMA.empty_table()
+    keys = pa.Table.from_arrays([merged[k] for k in SORT_KEY], names=list(SORT_KEY))
+    if keys.group_by(list(SORT_KEY)).aggregate([]).num_rows != merged.num_rows:
+        raise ReportError(
+            "the files hold the same evaluation (attack, model, track, architecture) twice: "
+            "merge shards of one run, or runs of different models"
+        )
+    return Loaded(merged, metadata, sources)
+
+
+def missing_shards(metadata: Sequence[Mapping[str, Any]], most: int = 10) -> list[str]:
+    """Shards K/N of a sharded run that are not among the files (the first `most`, then
+    how many more: N comes from a file, and may be large)."""
+    seen: dict[int, set[int]] = {}
+    for meta in metadata:
+        shard = meta.get("shard")
+        if shard:
+            k, n = (int(x) for x in str(shard).split("/"))
+            seen.setdefault(n, set()).add(k)
+    out: list[str] = []
+    for n, ks in sorted(seen.items()):
+        first = [k for k in range(1, min(n, len(ks) + most) + 1) if k not in ks][:most]
+        out += [f"{k}/{n}" for k in first]
+        if n - len(ks) > len(first):
+            out.append(f"{n - len(ks) - len(first):,} more of {n}")
+    return out

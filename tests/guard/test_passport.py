@@ -1,0 +1,247 @@
+from __future__ import annotations
+
+import hashlib
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_vault.guard.passport import PassportError, PassportWarning, load_passport, read_passport
+from pytest_vault.harness.levels import SHIPPED, load_levels
+
+
+def level2() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((SHIPPED / "level-2.json").read_text())
+    return data
+
+
+def write(tmp_path: Path, data: object, name: str = "p.json") -> Path:
+    path = tmp_path / name
+    path.write_text(data if isinstance(data, str) else json.dumps(data))
+    return path
+
+
+def test_shipped_levels() -> None:
+    levels = load_levels()
+    assert [(n, lv.temperature, lv.max_tokens) for n, lv in levels.items()] == [
+        (1, 0.8, 1024),
+        (2, 0.6, 1024),
+        (3, 0.5, 1024),
+        (4, 0.3, 1024),
+        (5, 0.1, 256),
+    ]
+    allow = {
+        n: (lv.passport.charge_limits.allowed_merchant_ids if lv.passport.charge_limits else None)
+        for n, lv in levels.items()
+    }
+    assert allow == {
+        1: ["*"],
+        2: ["rent@aport-vault.com", "payroll@aport-vault.com", "utilities@aport-vault.com"],
+        3: ["savings@aport-vault.com"],
+        4: ["audit@aport-vault.com"],
+        5: None,
+    }
+    caps = {
+        n: lv.passport.charge_limits.currency_limits["USD"].max_per_tx
+        for n, lv in levels.items()
+        if lv.passport.charge_limits
+    }
+    assert caps == {1: 5_000_000, 2: 250_000, 3: 50_000, 4: 100_000}
+    l4 = levels[4].passport.charge_limits
+    assert l4 is not None and l4.idempotency_required and l4.x_vault_memo_approval_code_required
+    assert not levels[5].passport.grants("payments.charge")
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        ("status", "paused", "status: Input should be 'draft', 'active', 'suspended' or 'revoked'"),
+        ("status", KeyError, "status: Field required"),
+        ("owner_id", 7, "owner_id: Input should be a valid string"),
+        ("assurance_level", "L9", "assurance_level: Input should be"),
+        ("capabilities", {"id": "payments.charge"}, "capabilities: Input should be a valid list"),
+        ("limits", KeyError, "limits: Field required"),
+        (
+            "limits.payments~charge",
+            KeyError,
+            "limits.payments.charge: required when payments.charge is granted",
+        ),
+        (
+            "limits.payments~charge.allowed_merchant_ids",
+            KeyError,
+            "limits.payments.charge.allowed_merchant_ids: Field required",
+        ),
+        (
+            "limits.payments~charge.allowed_merchant_ids",
+            "rent@aport-vault.com",
+            "limits.payments.charge.allowed_merchant_ids: Input should be a valid list",
+        ),
+        (
+            "limits.payments~charge.currency_limits.USD.max_per_tx",
+            "250000",
+            "payments.charge.currency_limits.USD.max_per_tx: Input should be a valid integer",
+        ),
+        (
+            "limits.payments~charge.currency_limits.USD.max_per_tx",
+            -1,
+            "max_per_tx: Input should be greater than or equal to 0",
+        ),
+        (
+            "limits.payments~charge.idempotency_required",
+            "yes",
+            "idempotency_required: Input should be a valid boolean",
+        ),
+        ("regions", ["usa"], "regions[0]: String should match pattern"),
+        ("spec_version", "oap/2.0", "spec_version: Input should be 'oap/1.0'"),
+        ("surprise", 1, "surprise: Extra inputs are not permitted"),
+        ("expires_at", "2026-01-01T00:00:00", "expires_at: needs a time zone"),
+        (
+            "limits.payments~charge.idempotency_requried",
+            True,
+            "limits.payments.charge.idempotency_requried: Extra inputs are not permitted",
+        ),
+        (
+            "limits.payments~charge.currency_limits.USD.daily_limit",
+            1,
+            "currency_limits.USD.daily_limit: Extra inputs are not permitted",
+        ),
+    ],
+)
+def test_invalid_passports_are_one_line_errors(
+    tmp_path: Path, path: str, value: object, message: str
+) -> None:
+    data = level2()
+    # Keys may contain dots ("payments.charge"): walk the path by hand.
+    parts = [p.replace("~", ".") for p in path.split(".")]
+    node: Any = data
+    for part in parts[:-1]:
+        node = node[part]
+    if value is KeyError:
+        del node[parts[-1]]
+    else:
+        node[parts[-1]] = value
+    file = write(tmp_path, data)
+    with pytest.raises(PassportError) as info:
+        load_passport(file)
+    text = str(info.value)
+    assert "\n" not in text
+    assert text.startswith(f"{file}: ")
+    assert message in text
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{", ":1: invalid JSON: Expecting property name enclosed in double quotes at column 2"),
+        ("[]", ": (root): expected a JSON object"),
+        ("\n\n  nope", ":3: invalid JSON: Expecting value at column 3"),
+    ],
+)
+def test_unreadable_passport_files(tmp_path: Path, content: str, message: str) -> None:
+    file = write(tmp_path, content)
+    with pytest.raises(PassportError) as info:
+        load_passport(file)
+    assert str(info.value) == f"{file}{message}"
+
+
+def test_duplicate_allowlist_cannot_widen_a_passport(tmp_path: Path) -> None:
+    text = (
+        (SHIPPED / "level-3.json")
+        .read_text()
+        .replace(
+            '"allowed_merchant_ids": [', '"allowed_merchant_ids": ["*"], "allowed_merchant_ids": ['
+        )
+    )
+    file = write(tmp_path, text)
+    with pytest.raises(PassportError) as info:
+        load_passport(file)
+    assert str(info.value) == (
+        f"{file}: limits.payments.charge: duplicate key 'allowed_merchant_ids'"
+    )
+
+
+def test_missing_passport_file(tmp_path: Path) -> None:
+    with pytest.raises(PassportError) as info:
+        load_passport(tmp_path / "nope.json")
+    assert str(info.value) == f"{tmp_path / 'nope.json'}: cannot read: No such file or directory"
+
+
+def test_empty_allowlist_warns_loudly(tmp_path: Path) -> None:
+    data = level2()
+    data["limits"]["payments.charge"]["allowed_merchant_ids"] = []
+    with pytest.warns(PassportWarning, match="EMPTY.*fail-open"):
+        load_passport(write(tmp_path, data))
+
+
+def test_wildcard_does_not_warn() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_passport(SHIPPED / "level-1.json")
+
+
+def test_upstream_example_passports_load(charge_tests: Path) -> None:
+    for name in ("passport.instance.json", "passport.template.json"):
+        passport = load_passport(charge_tests / name)
+        assert passport.charge_limits is not None
+        assert passport.charge_limits.allowed_merchant_ids == ["merch_abc", "merch_xyz"]
+
+
+def test_levels_toml_errors(tmp_path: Path) -> None:
+    for n in range(1, 6):
+        (tmp_path / f"level-{n}.json").write_text((SHIPPED / f"level-{n}.json").read_text())
+    toml = (SHIPPED / "levels.toml").read_text()
+    (tmp_path / "levels.toml").write_text(toml.replace("temperature = 0.5", 'temperature = "hot"'))
+    with pytest.raises(
+        PassportError, match=r"levels\.toml: level\.3\.temperature: Input should be a valid number"
+    ):
+        load_levels(tmp_path)
+    (tmp_path / "levels.toml").write_text(toml.replace("[level.5]", "[level.6]"))
+    with pytest.raises(PassportError, match=r"levels\.toml: level\.5: missing"):
+        load_levels(tmp_path)
+
+
+# -- what is recorded is what was enforced -------------------------------------------------------
+
+
+def test_levels_record_the_file_loaded_and_the_digest_of_its_bytes(tmp_path: Path) -> None:
+    for n in (1, 2, 4, 5):
+        (tmp_path / f"level-{n}.json").write_bytes((SHIPPED / f"level-{n}.json").read_bytes())
+    shipped = (SHIPPED / "level-3.json").read_bytes()
+    custom = shipped.replace(b'"max_per_tx": 50000', b'"max_per_tx": 40000')
+    assert custom != shipped
+    (tmp_path / "custom.json").write_bytes(custom)
+    settings = (SHIPPED / "levels.toml").read_bytes().replace(b'"level-3.json"', b'"custom.json"')
+    (tmp_path / "levels.toml").write_bytes(settings)
+    levels = load_levels(tmp_path)
+    assert {n: lv.passport_file.name for n, lv in levels.items()} == {
+        1: "level-1.json",
+        2: "level-2.json",
+        3: "custom.json",
+        4: "level-4.json",
+        5: "level-5.json",
+    }
+    digest = {n: lv.passport_sha256 for n, lv in levels.items()}
+    assert digest[3] == "sha256:" + hashlib.sha256(custom).hexdigest()
+    assert (
+        digest[2] == "sha256:" + hashlib.sha256((SHIPPED / "level-2.json").read_bytes()).hexdigest()
+    )
+    settings_digest = "sha256:" + hashlib.sha256(settings).hexdigest()
+    assert {lv.settings_sha256 for lv in levels.values()} == {settings_digest}
+    # Edited on disk after loading: the record still names what was loaded and enforced.
+    (tmp_path / "custom.json").write_bytes(shipped)
+    (tmp_path / "levels.toml").write_bytes(b"# emptied\n")
+    assert levels[3].passport_sha256 == digest[3]
+    assert levels[3].settings_sha256 == settings_digest
+    limits = levels[3].passport.charge_limits
+    assert limits is not None and limits.currency_limits["USD"].max_per_tx == 40_000
+
+
+def test_read_passport_digests_the_bytes_it_parsed(tmp_path: Path) -> None:
+    data = (SHIPPED / "level-2.json").read_bytes()
+    path = tmp_path / "p.json"
+    path.write_bytes(data)
+    passport, digest = read_passport(path)
+    assert passport == load_passport(SHIPPED / "level-2.json")
+    assert digest == "sha256:" + hashlib.sha256(data).hexdigest()

@@ -1,0 +1,234 @@
+"""The house rules: each wing imports only the wings below it, and no module imports
+itself in a circle. Read from the source with `ast`; imports inside functions count,
+`if TYPE_CHECKING:` blocks do not (they never run)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "pytest_vault"
+WINGS = ("guard", "corpus", "harness", "models", "report", "plugin")
+# What each wing may import of pytest_vault besides itself; and whether pytest.
+MAY_IMPORT: dict[str, tuple[frozenset[str], bool]] = {
+    "guard": (frozenset(), False),
+    "corpus": (frozenset({"guard"}), False),
+    "harness": (frozenset({"guard", "corpus"}), False),
+    "models": (frozenset({"guard", "corpus", "harness"}), False),
+    "report": (frozenset({"guard", "corpus", "harness"}), False),
+    "plugin": (frozenset(WINGS), True),
+    "adapters": (frozenset({"guard", "corpus", "harness"}), False),
+}
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(tree: ast.AST, module: str) -> Iterator[tuple[int, str]]:
+    """(line, imported module) for every import that runs, resolved to absolute names."""
+    package = module.rsplit(".", 1)[0] if not module.endswith("__init__") else module
+    stack: list[ast.AST] = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            stack.extend(node.orelse)
+            continue
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parts = parts[: len(parts) - node.level + 1]
+                base = ".".join([*parts, base] if base else parts)
+            yield node.lineno, base
+            for alias in node.names:  # `from pytest_vault import guard` imports a wing
+                yield node.lineno, f"{base}.{alias.name}"
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = path
+    return out
+
+
+def graph() -> dict[str, set[tuple[int, str]]]:
+    """Module -> the pytest_vault modules (and pytest) it imports, with the line."""
+    known = modules()
+    edges: dict[str, set[tuple[int, str]]] = {}
+    for name, path in known.items():
+        module = name + (".__init__" if path.name == "__init__.py" else "")
+        found = set()
+        for line, target in _imports(ast.parse(path.read_text(), str(path)), module):
+            if target == "pytest" or target.startswith(("pytest.", "_pytest", "xdist")):
+                found.add((line, "pytest"))
+            elif target.startswith("pytest_vault"):
+                # `from pytest_vault.guard import engine` names a module; `... import Guard` not.
+                while target not in known and "." in target:
+                    target = target.rsplit(".", 1)[0]
+                if target != name:
+                    found.add((line, target))
+        edges[name] = found
+    return edges
+
+
+def wing(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def breaches(edges: dict[str, set[tuple[int, str]]]) -> list[str]:
+    out = []
+    for module, targets in sorted(edges.items()):
+        mine = wing(module)
+        if mine is None:
+            continue
+        allowed, pytest_ok = MAY_IMPORT[mine]
+        for line, target in sorted(targets):
+            if target == "pytest":
+                if not pytest_ok:
+                    out.append(f"{module}:{line}: imports pytest")
+                continue
+            theirs = wing(target)
+            if theirs is not None and theirs != mine and theirs not in allowed:
+                out.append(f"{module}:{line}: imports {target} ({mine} may not import {theirs})")
+    return out
+
+
+def cycles(edges: dict[str, set[tuple[int, str]]]) -> list[list[str]]:
+    found, state, path = [], {}, []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        path.append(node)
+        for _, nxt in sorted(edges.get(node, ())):
+            if nxt == "pytest" or nxt not in edges:
+                continue
+            if state.get(nxt) == 1:
+                found.append([*path[path.index(nxt) :], nxt])
+            elif nxt not in state:
+                visit(nxt)
+        path.pop()
+        state[node] = 2
+
+    for node in sorted(edges):
+        if node not in state:
+            visit(node)
+    return found
+
+
+def test_the_package_is_six_wings_and_the_passports() -> None:
+    entries = {p.name for p in PACKAGE.iterdir() if p.name != "__pycache__"}
+    assert entries == {*WINGS, "passports", "__init__.py", "py.typed"}
+    for name in WINGS:
+        assert (PACKAGE / name / "__init__.py").is_file()
+
+
+def test_each_wing_imports_only_the_wings_below_it() -> None:
+    assert breaches(graph()) == []
+
+
+def test_no_module_imports_itself_in_a_circle() -> None:
+    assert cycles(graph()) == []
+
+
+@pytest.mark.parametrize(
+    ("module", "line", "breach"),
+    [
+        ("guard/engine.py", "import pytest\n", "pytest_vault.guard.engine:{n}: imports pytest"),
+        (
+            "guard/passport.py",
+            "from pytest_vault.corpus.model import Case\n",
+            "pytest_vault.guard.passport:{n}: imports pytest_vault.corpus.model "
+            "(guard may not import corpus)",
+        ),
+        (
+            "report/tables.py",
+            "    from pytest_vault.models.specs import KEY_ENV\n",
+            "pytest_vault.report.tables:{n}: imports pytest_vault.models.specs "
+            "(report may not import models)",
+        ),
+        (
+            "harness/events.py",
+            "from pytest_vault import plugin\n",
+            "pytest_vault.harness.events:{n}: imports pytest_vault.plugin "
+            "(harness may not import plugin)",
+        ),
+    ],
+)
+def test_a_breach_is_named_with_its_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: str, line: str, breach: str
+) -> None:
+    """The rule test itself can fail: a copy of the package with one breach added."""
+    import shutil
+
+    copy = tmp_path / "pytest_vault"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    target = copy / module
+    lines = target.read_text().splitlines(keepends=True)
+    # Inside a function when indented (imports inside functions count), else at the top.
+    where = (
+        next(i for i, x in enumerate(lines) if x.startswith("def ")) + 1 if line[0] == " " else 0
+    )
+    lines.insert(where, line)
+    target.write_text("".join(lines))
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", copy)
+    assert breaches(graph()) == [breach.format(n=where + 1)]
+
+
+def test_a_circle_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    copy = tmp_path / "pytest_vault"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    stats = copy / "report" / "stats.py"
+    stats.write_text(stats.read_text() + "\nfrom pytest_vault.report import summary\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", copy)
+    assert [
+        "pytest_vault.report.stats",
+        "pytest_vault.report.summary",
+        "pytest_vault.report.stats",
+    ] in cycles(graph())
+
+
+def test_type_checking_imports_do_not_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    copy = tmp_path / "pytest_vault"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    engine = copy / "guard" / "engine.py"
+    engine.write_text(
+        engine.read_text()
+        + "\nif TYPE_CHECKING:\n    from pytest_vault.plugin.session import Job\n"
+    )
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", copy)
+    assert breaches(graph()) == []
+
+
+def _imported_by(statement: str) -> set[str]:
+    code = f"import sys; {statement}; print(' '.join(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return {name.split(".")[0] for name in out.stdout.split()}
+
+
+def test_the_plugin_imports_nothing_heavy_and_the_guard_no_pytest() -> None:
+    heavy = {"pyarrow", "numpy", "openai", "anthropic", "httpx"}
+    assert _imported_by("import pytest_vault.plugin") & heavy == set()
+    guard = _imported_by("import pytest_vault.guard.engine, pytest_vault.guard.__main__")
+    assert guard & {"pytest", "_pytest", *heavy} == set()
