@@ -1,6 +1,10 @@
-"""The guard's command line: `python -m pytest_vault.guard --passport FILE < lines.jsonl`
-(also `vault-guard`). One JSON decision per stdin line, in order; a line that cannot be
-read is denied, never fatal.
+"""The guard's command line (also `vault-guard`):
+
+* `python -m pytest_vault.guard --passport FILE < lines.jsonl`: one JSON decision per
+  stdin line, in order; a line that cannot be read is denied, never fatal;
+* `... diff OLD NEW [--format text|json] [--fail-on-widen]`: what two passports (or two
+  folders of `level-N.json`) permit differently;
+* `... lint PATH... [--format text|json]`: passport mistakes, before anything runs.
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from decimal import Decimal
 from typing import Any
 
 from pytest_vault.guard.engine import (
@@ -74,14 +79,99 @@ def _utf8(answers: str) -> bytes:
         return utf8_json(answers).encode()
 
 
+def _out(text: str) -> None:
+    """UTF-8 on stdout whatever the locale: the text was made safe (`shown`, ASCII JSON)."""
+    sys.stdout.flush()
+    sys.stdout.buffer.write(text.encode())
+    sys.stdout.buffer.flush()
+
+
+def _number(value: object) -> object:
+    """A passport number (read as an exact Decimal) for JSON: exact, or its text."""
+    if not isinstance(value, Decimal):
+        raise TypeError(f"{type(value).__name__} is not JSON")
+    if value == value.to_integral_value():
+        return int(value)
+    return float(value) if Decimal(repr(float(value))) == value else str(value)
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "s")
+
+
+def _diff(argv: Sequence[str]) -> int:
+    import argparse
+
+    from pytest_vault.guard.diff import any_widen, diff_paths
+
+    parser = argparse.ArgumentParser(
+        prog="vault-guard diff",
+        description="What two passports, or two folders of level-N.json, permit differently: "
+        "one change per line, each widens, narrows or neutral.",
+    )
+    parser.add_argument("old", metavar="OLD", help="passport file, or folder of level-N.json")
+    parser.add_argument("new", metavar="NEW", help="the same kind as OLD")
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument(
+        "--fail-on-widen", action="store_true", help="exit 1 when any change widens"
+    )
+    args = parser.parse_args(argv)
+    try:
+        changes = diff_paths(args.old, args.new)
+    except PassportError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.format == "json":
+        doc = {"changes": [c.to_dict() for c in changes]}
+        _out(json.dumps(doc, indent=2, default=_number) + "\n")
+    else:
+        _out("".join(c.line() + "\n" for c in changes))
+    effects = [c.effect for c in changes]
+    tally = ", ".join(f"{effects.count(e)} {e}" for e in ("widens", "narrows", "neutral"))
+    print(f"vault-guard diff: {_count(len(changes), 'change')} ({tally})", file=sys.stderr)
+    return 1 if args.fail_on_widen and any_widen(changes) else 0
+
+
+def _lint(argv: Sequence[str]) -> int:
+    import argparse
+
+    from pytest_vault.guard.lint import has_errors, lint_paths
+
+    parser = argparse.ArgumentParser(
+        prog="vault-guard lint",
+        description="Find passport mistakes (fail-open allowlists, expiry, assurance, "
+        "unmatchable entries, caps): FILE:POINTER: error|warning: message. Exit 1 on an error.",
+    )
+    parser.add_argument("paths", metavar="PATH", nargs="+", help="passport files or folders")
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    args = parser.parse_args(argv)
+    findings = lint_paths(args.paths)
+    if args.format == "json":
+        _out(json.dumps({"findings": [f.to_dict() for f in findings]}, indent=2) + "\n")
+    else:
+        _out("".join(f.line() + "\n" for f in findings))
+    errors = sum(f.severity == "error" for f in findings)
+    tally = f"{_count(errors, 'error')}, {_count(len(findings) - errors, 'warning')}"
+    print(f"vault-guard lint: {tally}", file=sys.stderr)
+    return 1 if has_errors(findings) else 0
+
+
+_COMMANDS = {"diff": _diff, "lint": _lint}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     import argparse
     import warnings
 
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in _COMMANDS:
+        return _COMMANDS[argv[0]](argv[1:])
     parser = argparse.ArgumentParser(
         prog="python -m pytest_vault.guard",
         description="Judge JSON Lines on stdin (pack contexts or transfer_funds calls) "
         "against a passport; one JSON decision per line on stdout.",
+        epilog="Also: `diff OLD NEW [--format text|json] [--fail-on-widen]` and "
+        "`lint PATH... [--format text|json]` (each with --help).",
     )
     parser.add_argument("--passport", required=True, help="OAP passport JSON file")
     args = parser.parse_args(argv)

@@ -1,0 +1,558 @@
+"""A semantic diff of two passports: what they permit differently, not how their text differs.
+
+Each `Change` names a level, a JSON pointer into the passport, the old and new value and
+an `effect`: `widens` (the field now permits something it did not), `narrows`, or
+`neutral`. The effect is the field's own direction, read with the guard's semantics
+(`"*"` and an empty allowlist both permit anyone; an entry the guard can never match
+permits no one; a currency the guard does not know pays nothing) and the pack's fixed
+rules (the L2 minimum; a transfer is one `funds_transfer` item judged in the passport's
+first region), but none of the passport's other fields: suspending narrows even a
+passport that grants nothing, and the summary says that it changes nothing in effect.
+
+Fields the guard never reads (ids, owner, metadata, version, creation dates) are not
+part of what a passport permits, so they are not reported.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
+
+from pydantic import ValidationError
+
+from pytest_vault.guard.engine import (
+    MINOR_DIGITS,
+    PACK_MIN_ASSURANCE,
+    TRANSFER_CATEGORY,
+    Unreadable,
+    read_transfer,
+)
+from pytest_vault.guard.passport import (
+    ASSURANCE_RANK,
+    CHARGE,
+    WILDCARD,
+    Capability,
+    ChargeLimits,
+    CurrencyLimit,
+    Passport,
+    PassportError,
+    read_passport,
+    reason,
+)
+from pytest_vault.guard.text import shown
+
+Effect = Literal["widens", "narrows", "neutral"]
+WIDENS: Effect = "widens"
+NARROWS: Effect = "narrows"
+NEUTRAL: Effect = "neutral"
+
+LEVEL_FILE = re.compile(r"level-([1-9][0-9]*)\.json")
+_FLOOR = ASSURANCE_RANK[PACK_MIN_ASSURANCE]
+_INF = float("inf")
+
+
+class Change(NamedTuple):
+    level: int | None
+    pointer: str
+    old: Any
+    new: Any
+    effect: Effect
+    summary: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return self._asdict()
+
+    def line(self) -> str:
+        where = "" if self.level is None else f"level {self.level}: "
+        return shown(f"{where}{self.pointer or '(passport)'}: {self.effect}: {self.summary}")
+
+
+class _Raw(NamedTuple):
+    """A change before its level is known."""
+
+    pointer: str
+    old: Any
+    new: Any
+    effect: Effect
+    summary: str
+
+
+def pointer(*parts: object) -> str:
+    """An RFC 6901 JSON pointer: `~` and `/` inside a part are escaped."""
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+CHARGE_LIMITS = pointer("limits", CHARGE)
+ALLOWLIST = pointer("limits", CHARGE, "allowed_merchant_ids")
+
+
+def never_matches(entry: str) -> str | None:
+    """Why the guard can never pay this allowlist entry (it refuses it as a recipient),
+    or None: asked of the guard's own reader, so the two cannot disagree."""
+    try:
+        read_transfer({"recipient": entry, "amount": 1})
+    except Unreadable as exc:
+        return str(exc)
+    return None
+
+
+def quoted(value: object) -> str:
+    """A hostile value quoted for people: repr escapes what is not printable."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def money(minor: int | None, currency: str) -> str:
+    if minor is None:
+        return "none"
+    digits = MINOR_DIGITS.get(currency)
+    if digits is None:
+        return f"{minor:,} minor units"
+    major = f"{currency} {minor // 10**digits:,}"
+    return f"{major}.{minor % 10**digits:0{digits}d}" if digits else major
+
+
+def _direction(old: float, new: float) -> Effect:
+    return WIDENS if new > old else NARROWS if new < old else NEUTRAL
+
+
+def _gone(old: Sequence[str], new: Sequence[str]) -> list[str]:
+    """Entries of `old` missing from `new`, once each, in `old`'s order."""
+    return list(dict.fromkeys(e for e in old if e not in new))
+
+
+# -- lists: recipients, countries, categories, regions -----------------------------------------
+
+
+def _anyone(entries: Sequence[str]) -> bool:
+    return not entries or WILDCARD in entries
+
+
+def _recipient(entry: str, *, added: bool, other_any: bool) -> _Raw:
+    """One entry added to or removed from the allowlist. `other_any`: whether the list on
+    the other side (before an addition, after a removal) permits anyone anyway."""
+    old, new = (None, entry) if added else (entry, None)
+    if entry == WILDCARD:
+        if other_any:  # the other side is the empty list
+            if added:
+                words = "'*' added; the EMPTY allowlist already permitted anyone"
+            else:
+                words = "'*' removed; the EMPTY allowlist still permits anyone (fail-open)"
+            return _Raw(ALLOWLIST, old, new, NEUTRAL, words)
+        if added:
+            return _Raw(ALLOWLIST, old, new, WIDENS, "newly permitted: anyone ('*')")
+        words = "no longer permitted: anyone ('*' removed); only the listed ones remain"
+        return _Raw(ALLOWLIST, old, new, NARROWS, words)
+    verb = "added" if added else "removed"
+    if (why := never_matches(entry)) is not None:
+        words = f"{verb} {quoted(entry)}, which can never match ({why})"
+        return _Raw(ALLOWLIST, old, new, NEUTRAL, words)
+    if other_any:
+        words = f"{verb} {quoted(entry)}, permitted either way: the allowlist permits anyone"
+        return _Raw(ALLOWLIST, old, new, NEUTRAL, words)
+    if added:
+        return _Raw(ALLOWLIST, old, new, WIDENS, f"newly permitted: {quoted(entry)}")
+    return _Raw(ALLOWLIST, old, new, NARROWS, f"no longer permitted: {quoted(entry)}")
+
+
+def _recipients(old: list[str], new: list[str]) -> list[_Raw]:
+    """One change per recipient entry, with the guard's reading of `"*"` and `[]`."""
+    old_any, new_any = _anyone(old), _anyone(new)
+    out: list[_Raw] = []
+    # An empty list has no entry to carry the change: the whole list does.
+    if not old and not new_any:
+        words = "no longer permitted: anyone (the EMPTY allowlist permitted anyone, fail-open)"
+        out.append(_Raw(ALLOWLIST, [], new, NARROWS, words))
+    if not new and not old_any:
+        words = "newly permitted: anyone (an EMPTY allowlist permits anyone under the "
+        out.append(_Raw(ALLOWLIST, old, [], WIDENS, words + "published pack, fail-open)"))
+    out += [_recipient(e, added=False, other_any=new_any) for e in _gone(old, new)]
+    out += [_recipient(e, added=True, other_any=old_any) for e in _gone(new, old)]
+    return out
+
+
+_NO_SHIPPING = "; transfer_funds calls carry no shipping country: no effect on them"
+
+
+def _countries(old: list[str], new: list[str]) -> list[_Raw]:
+    """`allowed_countries`: an empty list permits any shipping country."""
+    where = f"{CHARGE_LIMITS}/allowed_countries"
+    if not old and new:
+        words = f"shipping countries limited to {quoted(new)}{_NO_SHIPPING}"
+        return [_Raw(where, [], new, NARROWS, words)]
+    if old and not new:
+        return [_Raw(where, old, [], WIDENS, f"any shipping country permitted{_NO_SHIPPING}")]
+    out = [
+        _Raw(where, c, None, NARROWS, f"shipping country {quoted(c)} no longer permitted")
+        for c in _gone(old, new)
+    ]
+    out += [
+        _Raw(where, None, c, WIDENS, f"shipping country {quoted(c)} newly permitted")
+        for c in _gone(new, old)
+    ]
+    return [change._replace(summary=change.summary + _NO_SHIPPING) for change in out]
+
+
+def _category_note(category: str) -> str:
+    if category == TRANSFER_CATEGORY:
+        return "every transfer_funds call is of this category"
+    return f"no effect on transfer_funds calls, whose category is {TRANSFER_CATEGORY}"
+
+
+def _categories(old: list[str], new: list[str]) -> list[_Raw]:
+    where = f"{CHARGE_LIMITS}/blocked_categories"
+    out = [
+        _Raw(where, c, None, WIDENS, f"category {quoted(c)} no longer blocked: {_category_note(c)}")
+        for c in _gone(old, new)
+    ]
+    out += [
+        _Raw(where, None, c, NARROWS, f"category {quoted(c)} blocked: {_category_note(c)}")
+        for c in _gone(new, old)
+    ]
+    return out
+
+
+def _regions(old: list[str], new: list[str]) -> list[_Raw]:
+    """Regions permitted. The guard judges a transfer in the passport's first region,
+    which is then always listed: for transfer_funds calls only an empty list (every call
+    denied) makes a difference."""
+    out: list[_Raw] = []
+    for r in _gone(old, new):
+        tail = ": no region left, every transfer_funds call is denied" if not new else ""
+        out.append(
+            _Raw("/regions", r, None, NARROWS, f"region {quoted(r)} no longer permitted{tail}")
+        )
+    for r in _gone(new, old):
+        tail = ": transfer_funds calls are judged again" if not old else ""
+        out.append(_Raw("/regions", None, r, WIDENS, f"region {quoted(r)} newly permitted{tail}"))
+    if old and new and old[0] != new[0]:
+        words = f"transfer_funds calls are now judged in region {quoted(new[0])}, always listed"
+        out.append(_Raw("/regions/0", old[0], new[0], NEUTRAL, words))
+    return out
+
+
+# -- currency limits -------------------------------------------------------------------------
+
+
+def _ceiling(cap: CurrencyLimit) -> int:
+    """The largest single amount the cap permits (0: none, as amounts are at least 1)."""
+    return cap.max_per_tx if cap.daily_cap is None else min(cap.max_per_tx, cap.daily_cap)
+
+
+def _unknown(currency: str) -> str:
+    return f"; the guard knows no currency {currency}: calls in it are denied whatever its caps"
+
+
+def _currency_entry(where: str, cur: str, o: CurrencyLimit | None, n: CurrencyLimit | None) -> _Raw:
+    """A currency on one side only."""
+    cap = n if o is None else o
+    assert cap is not None
+    per_tx, daily = money(cap.max_per_tx, cur), money(cap.daily_cap, cur)
+    what = f"{cur}, up to {per_tx} a transfer, daily cap {daily}"
+    note = ""
+    if cur not in MINOR_DIGITS:
+        note = _unknown(cur)
+    elif _ceiling(cap) < 1:
+        note = "; it permits no amount"
+    effect = NEUTRAL if note else WIDENS if o is None else NARROWS
+    verb = "newly permitted currency" if o is None else "no longer permitted currency"
+    old = None if o is None else o.model_dump()
+    new = None if n is None else n.model_dump()
+    return _Raw(where, old, new, effect, f"{verb}: {what}{note}")
+
+
+def _currencies(old: dict[str, CurrencyLimit], new: dict[str, CurrencyLimit]) -> list[_Raw]:
+    out: list[_Raw] = []
+    for cur in sorted(old.keys() | new.keys()):
+        where = pointer("limits", CHARGE, "currency_limits", cur)
+        o, n = old.get(cur), new.get(cur)
+        if o == n:
+            continue
+        if o is None or n is None:
+            out.append(_currency_entry(where, cur, o, n))
+            continue
+        known = cur in MINOR_DIGITS
+        note = "" if known else _unknown(cur)
+        if o.max_per_tx != n.max_per_tx:
+            effect = _direction(o.max_per_tx, n.max_per_tx) if known else NEUTRAL
+            verb = "raised" if n.max_per_tx > o.max_per_tx else "lowered"
+            was, now = money(o.max_per_tx, cur), money(n.max_per_tx, cur)
+            words = f"{cur} per-transfer limit {verb}: {was} -> {now}"
+            out.append(
+                _Raw(f"{where}/max_per_tx", o.max_per_tx, n.max_per_tx, effect, words + note)
+            )
+        if o.daily_cap != n.daily_cap:
+            od = _INF if o.daily_cap is None else o.daily_cap
+            nd = _INF if n.daily_cap is None else n.daily_cap
+            effect = _direction(od, nd) if known else NEUTRAL
+            if o.daily_cap is None:
+                words = f"{cur} daily cap added: {money(n.daily_cap, cur)}"
+            elif n.daily_cap is None:
+                words = f"{cur} daily cap removed (was {money(o.daily_cap, cur)})"
+            else:
+                verb = "raised" if nd > od else "lowered"
+                was, now = money(o.daily_cap, cur), money(n.daily_cap, cur)
+                words = f"{cur} daily cap {verb}: {was} -> {now}"
+            out.append(_Raw(f"{where}/daily_cap", o.daily_cap, n.daily_cap, effect, words + note))
+    return out
+
+
+# -- the charge limits -----------------------------------------------------------------------
+
+
+def _rule(field: str, old: bool, new: bool, on: str, off: str) -> list[_Raw]:
+    """A rule that denies when switched on: on narrows, off widens."""
+    if old == new:
+        return []
+    effect, words = (NARROWS, f"{field} on: {on}") if new else (WIDENS, f"{field} off: {off}")
+    return [_Raw(f"{CHARGE_LIMITS}/{field}", old, new, effect, words)]
+
+
+def _floor(required: str) -> int:
+    return max(_FLOOR, ASSURANCE_RANK[required])
+
+
+def _limits(old: ChargeLimits, new: ChargeLimits) -> list[_Raw]:
+    out = _currencies(old.currency_limits, new.currency_limits)
+    out += _recipients(old.allowed_merchant_ids, new.allowed_merchant_ids)
+    out += _countries(old.allowed_countries, new.allowed_countries)
+    out += _categories(old.blocked_categories, new.blocked_categories)
+    o_items, n_items = old.max_items_per_tx, new.max_items_per_tx
+    if o_items != n_items:
+        effect = _direction(
+            _INF if o_items is None else o_items, _INF if n_items is None else n_items
+        )
+        words = f"max_items_per_tx {o_items} -> {n_items}"
+        words += "; a transfer_funds call is one item: no effect on them"
+        out.append(_Raw(f"{CHARGE_LIMITS}/max_items_per_tx", o_items, n_items, effect, words))
+    o_req, n_req = old.require_assurance_at_least, new.require_assurance_at_least
+    if o_req != n_req:
+        effect = _direction(_floor(n_req), _floor(o_req))  # a higher floor narrows
+        words = f"required assurance {o_req} -> {n_req}"
+        if effect == NEUTRAL:
+            words += f" (the pack's minimum {PACK_MIN_ASSURANCE} applies either way)"
+        out.append(_Raw(f"{CHARGE_LIMITS}/require_assurance_at_least", o_req, n_req, effect, words))
+    out += _rule(
+        "idempotency_required",
+        old.idempotency_required,
+        new.idempotency_required,
+        "calls without an idempotency_key are denied",
+        "calls need no idempotency_key",
+    )
+    out += _rule(
+        "approval_required",
+        old.approval_required,
+        new.approval_required,
+        "every call needs a human approval the agent cannot give",
+        "no human approval needed",
+    )
+    out += _rule(
+        "x_vault_memo_approval_code_required",
+        old.x_vault_memo_approval_code_required,
+        new.x_vault_memo_approval_code_required,
+        "calls whose memo lacks an approval code APC-YYYY-NNNN are denied",
+        "no approval code needed in the memo",
+    )
+    return out
+
+
+def readable_limits(passport: Passport) -> ChargeLimits | None:
+    """The charge limits, validated even where the capability is not granted (they are
+    dormant then); None when there are none or they cannot be read."""
+    raw = passport.limits.get(CHARGE)
+    if raw is None:
+        return None
+    try:
+        return ChargeLimits.model_validate(raw)
+    except ValidationError:
+        return None
+
+
+# -- the passport ----------------------------------------------------------------------------
+
+
+def _expiry(passport: Passport) -> datetime | None:
+    """When the guard starts denying as expired: None for never."""
+    return None if passport.never_expires else passport.expires_at
+
+
+def iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat().replace("+00:00", "Z")
+
+
+def _expiry_change(old: Passport, new: Passport) -> list[_Raw]:
+    """`expires_at` and `never_expires` make one rule: one change, judged by when it bites."""
+    same_date = old.expires_at == new.expires_at
+    if same_date and bool(old.never_expires) == bool(new.never_expires):
+        return []
+    oe, ne = _expiry(old), _expiry(new)
+    effect = _direction(
+        _INF if oe is None else oe.timestamp(), _INF if ne is None else ne.timestamp()
+    )
+    words = f"expiry {iso(oe) or 'never'} -> {iso(ne) or 'never'}"
+    if effect == NEUTRAL:
+        words += " (unchanged in effect" + (": never_expires is true)" if oe is None else ")")
+    if same_date:
+        return [_Raw("/never_expires", old.never_expires, new.never_expires, effect, words)]
+    return [_Raw("/expires_at", iso(old.expires_at), iso(new.expires_at), effect, words)]
+
+
+def _assurance(old: Passport, new: Passport) -> list[_Raw]:
+    o, n = old.assurance_level, new.assurance_level
+    if o == n:
+        return []
+    # Below the pack's minimum every call is denied: those ranks are all alike.
+    below = _FLOOR - 1
+    effect = _direction(max(ASSURANCE_RANK[o], below), max(ASSURANCE_RANK[n], below))
+    words = f"passport assurance {o} -> {n}"
+    if effect == NEUTRAL:
+        words += (
+            f" (both below the pack's minimum {PACK_MIN_ASSURANCE}: every call denied either way)"
+        )
+    return [_Raw("/assurance_level", o, n, effect, words)]
+
+
+def _status(old: Passport, new: Passport) -> list[_Raw]:
+    o, n = old.status, new.status
+    if o == n:
+        return []
+    if n == "active":
+        return [_Raw("/status", o, n, WIDENS, f"status {o} -> {n}: calls are judged again")]
+    if o == "active":
+        return [_Raw("/status", o, n, NARROWS, f"status {o} -> {n}: every call is denied")]
+    return [_Raw("/status", o, n, NEUTRAL, f"status {o} -> {n}: every call is denied either way")]
+
+
+def _first(passport: Passport) -> dict[str, Capability]:
+    """Capabilities by id; a repeated id counts once, by its first occurrence."""
+    out: dict[str, Capability] = {}
+    for cap in passport.capabilities:
+        out.setdefault(cap.id, cap)
+    return out
+
+
+def _capabilities(old: Passport, new: Passport) -> list[_Raw]:
+    o, n = _first(old), _first(new)
+    ignored = f"not judged by the guard, which judges {CHARGE} only"
+    out: list[_Raw] = []
+    for cid in (cid for cid in o if cid not in n):
+        if cid == CHARGE:
+            words = f"{CHARGE} no longer granted: every call is denied"
+            out.append(_Raw("/capabilities", cid, None, NARROWS, words))
+        else:
+            out.append(
+                _Raw("/capabilities", cid, None, NEUTRAL, f"{quoted(cid)} removed: {ignored}")
+            )
+    for index, cap in enumerate(new.capabilities):
+        if n[cap.id] is not cap:
+            continue
+        if cap.id not in o:
+            if cap.id == CHARGE:
+                out.append(_Raw("/capabilities", None, cap.id, WIDENS, f"{CHARGE} granted"))
+            else:
+                out.append(
+                    _Raw(
+                        "/capabilities", None, cap.id, NEUTRAL, f"{quoted(cap.id)} added: {ignored}"
+                    )
+                )
+        elif o[cap.id].params != cap.params:
+            words = f"params of {quoted(cap.id)} changed: not read by the guard"
+            if cap.id == CHARGE:
+                words += f", which reads limits.{CHARGE}"
+            where = pointer("capabilities", index, "params")
+            out.append(_Raw(where, o[cap.id].params, cap.params, NEUTRAL, words))
+    return out
+
+
+_DORMANT = f"; changes nothing in effect: neither passport grants {CHARGE}"
+
+
+def diff_passports(old: Passport, new: Passport, *, level: int | None = None) -> list[Change]:
+    """Every change in what `new` permits compared with `old`, in a fixed order."""
+    rules = _status(old, new) + _expiry_change(old, new) + _assurance(old, new)
+    rules += _regions(old.regions, new.regions)
+    o_lim, n_lim = readable_limits(old), readable_limits(new)
+    if o_lim is not None and n_lim is not None:
+        rules += _limits(o_lim, n_lim)
+    elif o_lim is not None or n_lim is not None:
+        side = "added" if o_lim is None else "removed"
+        words = f"charge limits {side}: they apply only where {CHARGE} is granted"
+        o_dump = None if o_lim is None else o_lim.model_dump()
+        n_dump = None if n_lim is None else n_lim.model_dump()
+        rules.append(_Raw(CHARGE_LIMITS, o_dump, n_dump, NEUTRAL, words))
+    if not (old.grants(CHARGE) or new.grants(CHARGE)):
+        rules = [r._replace(summary=r.summary + _DORMANT) for r in rules]
+    return [Change(level, *change) for change in _capabilities(old, new) + rules]
+
+
+# -- files and folders -----------------------------------------------------------------------
+
+
+def _load(path: Path) -> Passport:
+    # An empty allowlist loads with a warning; the diff says "anyone" itself.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return read_passport(path)[0]
+
+
+def level_files(folder: Path) -> dict[int, Path]:
+    """The `level-N.json` passports of a folder, by level."""
+    try:
+        names = sorted(p.name for p in folder.iterdir())
+    except OSError as exc:
+        raise PassportError(f"{folder}: cannot read: {reason(exc)}") from None
+    found = {int(m[1]): folder / name for name in names if (m := LEVEL_FILE.fullmatch(name))}
+    if not found:
+        raise PassportError(f"{folder}: no level-N.json passports in this folder")
+    return dict(sorted(found.items()))
+
+
+def _whole(number: int, name: str, passport: Passport, added: bool) -> Change:
+    grants = passport.grants(CHARGE)
+    what = f"grants {CHARGE}" if grants else f"does not grant {CHARGE}"
+    if added:
+        return Change(
+            number,
+            "",
+            None,
+            name,
+            WIDENS if grants else NEUTRAL,
+            f"level {number} added ({name}): {what}",
+        )
+    words = f"level {number} removed ({name}, which {what.replace('grants', 'granted')})"
+    return Change(number, "", name, None, NARROWS if grants else NEUTRAL, words)
+
+
+def diff_paths(old: str | Path, new: str | Path) -> list[Change]:
+    """Diff two passport files, or two folders of `level-N.json` paired by level.
+
+    A level on one side only is a change of the whole passport (pointer ""): adding one
+    that grants payments.charge widens, removing one narrows. Any problem is a one-line
+    `PassportError`.
+    """
+    old, new = Path(old), Path(new)
+    if old.is_dir() != new.is_dir():
+        folder, other = (old, new) if old.is_dir() else (new, old)
+        raise PassportError(
+            f"{other}: not a folder like {folder}: compare two files or two folders"
+        )
+    if not old.is_dir():
+        return diff_passports(_load(old), _load(new))
+    olds, news = level_files(old), level_files(new)
+    changes: list[Change] = []
+    for number in sorted(olds.keys() | news.keys()):
+        if number not in news:
+            changes.append(_whole(number, olds[number].name, _load(olds[number]), added=False))
+        elif number not in olds:
+            changes.append(_whole(number, news[number].name, _load(news[number]), added=True))
+        else:
+            changes += diff_passports(_load(olds[number]), _load(news[number]), level=number)
+    return changes
+
+
+def any_widen(changes: Iterable[Change]) -> bool:
+    return any(c.effect == WIDENS for c in changes)

@@ -1,0 +1,247 @@
+"""Passport lint: the mistakes that make a passport fail open, or deny everything, found
+before anything runs.
+
+A finding names the file, a JSON pointer, a severity and a code. Errors are what the
+author cannot have meant (an allowlist the published pack reads as "anyone", an entry
+the guard can never match, a passport that cannot be loaded); warnings are what they
+might have (a suspended passport, no daily cap).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
+
+from pydantic import ValidationError
+
+from pytest_vault.guard.diff import (
+    ALLOWLIST,
+    CHARGE_LIMITS,
+    iso,
+    money,
+    never_matches,
+    pointer,
+    quoted,
+)
+from pytest_vault.guard.engine import MINOR_DIGITS, PACK_MIN_ASSURANCE, TRANSFER_CATEGORY
+from pytest_vault.guard.passport import (
+    ASSURANCE_RANK,
+    CHARGE,
+    WILDCARD,
+    ChargeLimits,
+    DocumentError,
+    Passport,
+    PassportError,
+    passport_from_data,
+    read_json,
+    reason,
+)
+from pytest_vault.guard.text import shown
+
+Severity = Literal["error", "warning"]
+
+
+class Finding(NamedTuple):
+    file: str
+    pointer: str
+    severity: Severity
+    code: str
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return self._asdict()
+
+    def line(self) -> str:
+        return shown(f"{self.file}:{self.pointer}: {self.severity}: {self.message}")
+
+
+def _at(loc: Sequence[int | str]) -> str:
+    # pydantic marks a bad dict key with a trailing "[key]": the pointer is the key's entry.
+    return pointer(*(part for part in loc if part != "[key]"))
+
+
+def _failure_pointer(data: object) -> str:
+    """Where the loader's first problem is, as a JSON pointer ("" when it cannot tell)."""
+    if not isinstance(data, dict):
+        return ""
+    try:
+        Passport.model_validate(data)
+    except ValidationError as exc:
+        loc = exc.errors()[0]["loc"]
+        if loc:
+            return _at(loc)
+    else:
+        return ""
+    # The passport's own validator, in its order: the charge limits, then the time zone.
+    if any(c.get("id") == CHARGE for c in data["capabilities"]):
+        if CHARGE not in data["limits"]:
+            return CHARGE_LIMITS
+        try:
+            ChargeLimits.model_validate(data["limits"][CHARGE])
+        except ValidationError as exc:
+            return CHARGE_LIMITS + _at(exc.errors()[0]["loc"])
+    return "/expires_at"
+
+
+def _unloadable(file: str, data: object, error: PassportError) -> Finding:
+    where = _failure_pointer(data)
+    if where.startswith(CHARGE_LIMITS):
+        return Finding(file, where, "error", "charge-limits-unreadable", str(error))
+    return Finding(file, where, "error", "unloadable", str(error))
+
+
+def _expiry(file: str, passport: Passport, now: datetime) -> list[Finding]:
+    if passport.expires_at is None:
+        return []
+    when = iso(passport.expires_at)
+    if passport.never_expires:
+        words = f"never_expires is true, so expires_at {when} is ignored"
+        return [Finding(file, "/expires_at", "warning", "expiry-ignored", words)]
+    if now >= passport.expires_at:
+        words = f"expired at {when}: every call is denied (oap.passport_expired)"
+        return [Finding(file, "/expires_at", "error", "expired", words)]
+    return []
+
+
+def _allowlist(file: str, entries: Sequence[str]) -> list[Finding]:
+    if not entries:
+        words = (
+            "EMPTY allowlist: the published pack reads it as 'any recipient' (fail-open); "
+            'write ["*"] if that is meant, or list the recipients'
+        )
+        return [Finding(file, ALLOWLIST, "error", "empty-allowlist", words)]
+    out: list[Finding] = []
+    first: dict[str, int] = {}
+    for index, entry in enumerate(entries):
+        where = f"{ALLOWLIST}/{index}"
+        if entry in first:
+            words = f"{quoted(entry)} repeats entry {first[entry]}"
+            out.append(Finding(file, where, "warning", "duplicate-recipient", words))
+            continue
+        first[entry] = index
+        if entry == WILDCARD:
+            if len(set(entries)) > 1:
+                words = "'*' permits anyone, so the named entries beside it restrict nothing"
+                out.append(Finding(file, where, "warning", "wildcard-beside-names", words))
+        elif (why := never_matches(entry)) is not None:
+            words = f"{quoted(entry)} can never match: the guard denies such a recipient ({why})"
+            out.append(Finding(file, where, "error", "unmatchable-recipient", words))
+    return out
+
+
+def _currencies(file: str, limits: ChargeLimits) -> list[Finding]:
+    if not limits.currency_limits:
+        words = "no currency: every call is denied (oap.currency_unsupported)"
+        where = f"{CHARGE_LIMITS}/currency_limits"
+        return [Finding(file, where, "warning", "no-currencies", words)]
+    out: list[Finding] = []
+    for cur, cap in limits.currency_limits.items():
+        where = pointer("limits", CHARGE, "currency_limits", cur)
+        if cur not in MINOR_DIGITS:
+            words = f"the guard knows no currency {cur}: calls in it are always denied"
+            out.append(Finding(file, where, "warning", "unknown-currency", words))
+        if cap.daily_cap is None:
+            words = f"{cur} has no daily_cap: any number of transfers a day"
+            out.append(Finding(file, where, "warning", "no-daily-cap", words))
+        elif cap.max_per_tx > cap.daily_cap:
+            words = (
+                f"max_per_tx {money(cap.max_per_tx, cur)} is above daily_cap "
+                f"{money(cap.daily_cap, cur)}: the daily cap is the real limit"
+            )
+            where += "/max_per_tx"
+            out.append(Finding(file, where, "warning", "max-above-daily-cap", words))
+    return out
+
+
+def _charge(file: str, passport: Passport, limits: ChargeLimits) -> list[Finding]:
+    out: list[Finding] = []
+    required = limits.require_assurance_at_least
+    floor = max(ASSURANCE_RANK[PACK_MIN_ASSURANCE], ASSURANCE_RANK[required])
+    if ASSURANCE_RANK[passport.assurance_level] < floor:
+        needed = (
+            f"the pack's minimum {PACK_MIN_ASSURANCE}"
+            if ASSURANCE_RANK[required] <= ASSURANCE_RANK[PACK_MIN_ASSURANCE]
+            else f"require_assurance_at_least {required}"
+        )
+        words = (
+            f"assurance_level {passport.assurance_level} is below {needed}: every call is "
+            "denied (oap.assurance_insufficient)"
+        )
+        out.append(Finding(file, "/assurance_level", "error", "assurance-below-minimum", words))
+    if not passport.regions:
+        words = "no region: every transfer_funds call is denied (oap.region_blocked)"
+        out.append(Finding(file, "/regions", "warning", "no-regions", words))
+    if limits.approval_required:
+        words = "every call needs a human approval the agent cannot give (oap.approval_required)"
+        where = f"{CHARGE_LIMITS}/approval_required"
+        out.append(Finding(file, where, "warning", "approval-required", words))
+    out += _allowlist(file, limits.allowed_merchant_ids)
+    out += _currencies(file, limits)
+    for index, category in enumerate(limits.blocked_categories):
+        if category == TRANSFER_CATEGORY:
+            words = f"{TRANSFER_CATEGORY} is blocked: every transfer_funds call is denied"
+            where = f"{CHARGE_LIMITS}/blocked_categories/{index}"
+            out.append(Finding(file, where, "warning", "transfers-blocked", words))
+    return out
+
+
+def lint_document(file: str, document: bytes, *, now: datetime) -> list[Finding]:
+    """The findings for one passport's bytes, `file` naming it."""
+    try:
+        data = read_json(document)
+    except DocumentError as exc:
+        return [Finding(file, "", "error", "unloadable", shown(f"{exc.where(file)}: {exc}"))]
+    try:
+        # The empty allowlist's warning is an error finding here, with its pointer.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            passport = passport_from_data(data, file)
+    except PassportError as exc:
+        return [_unloadable(file, data, exc)]
+    out: list[Finding] = []
+    if passport.status != "active":
+        words = f"status is {passport.status}: every call is denied (oap.passport_suspended)"
+        out.append(Finding(file, "/status", "warning", "not-active", words))
+    out += _expiry(file, passport, now)
+    limits = passport.charge_limits
+    if limits is not None:
+        out += _charge(file, passport, limits)
+    return out
+
+
+def lint_file(path: Path, *, now: datetime) -> list[Finding]:
+    try:
+        document = path.read_bytes()
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        message = shown(f"{path}: cannot read: {reason(exc)}")
+        return [Finding(str(path), "", "error", "unloadable", message)]
+    return lint_document(str(path), document, now=now)
+
+
+def lint_paths(paths: Iterable[str | Path], *, now: datetime | None = None) -> list[Finding]:
+    """Lint passport files, and every `*.json` of the folders given."""
+    now = now or datetime.now(UTC)
+    out: list[Finding] = []
+    for path in map(Path, paths):
+        if not path.is_dir():
+            out += lint_file(path, now=now)
+            continue
+        try:
+            files = sorted(p for p in path.glob("*.json") if p.is_file())
+        except OSError as exc:
+            message = shown(f"{path}: cannot read: {reason(exc)}")
+            out.append(Finding(str(path), "", "error", "unloadable", message))
+            continue
+        if not files:
+            message = shown(f"{path}: no *.json passports in this folder")
+            out.append(Finding(str(path), "", "error", "no-passports", message))
+        for file in files:
+            out += lint_file(file, now=now)
+    return out
+
+
+def has_errors(findings: Iterable[Finding]) -> bool:
+    return any(f.severity == "error" for f in findings)

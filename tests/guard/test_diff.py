@@ -1,0 +1,855 @@
+"""`vault-guard diff`: what two passports permit differently, field by field, and exactly."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import warnings
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pytest_vault.guard.__main__ import main
+from pytest_vault.guard.diff import Change, diff_passports, diff_paths
+from pytest_vault.guard.engine import APPROVAL_CODE, Guard, Transfer
+from pytest_vault.guard.passport import Passport, PassportError, passport_from_data
+from pytest_vault.harness.levels import SHIPPED
+
+L = "/limits/payments.charge"
+ALLOW = f"{L}/allowed_merchant_ids"
+USD = f"{L}/currency_limits/USD"
+RENT, PAYROLL, UTIL = "rent@aport-vault.com", "payroll@aport-vault.com", "utilities@aport-vault.com"
+SAVINGS, AUDIT, EVIL = "savings@aport-vault.com", "audit@aport-vault.com", "evil@x.test"
+NOW = datetime(2027, 6, 1, tzinfo=UTC)
+
+
+def raw(level: int) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((SHIPPED / f"level-{level}.json").read_text())
+    return data
+
+
+def load(data: dict[str, Any]) -> Passport:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return passport_from_data(data)
+
+
+def diff(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, Any, Any, str]]:
+    return [(c.pointer, c.old, c.new, c.effect) for c in diff_passports(load(old), load(new))]
+
+
+def edited(level: int, edit: Any) -> dict[str, Any]:
+    data = raw(level)
+    edit(data)
+    return data
+
+
+def charge(data: dict[str, Any]) -> dict[str, Any]:
+    limits: dict[str, Any] = data["limits"]["payments.charge"]
+    return limits
+
+
+# -- every field kind ---------------------------------------------------------------------------
+
+
+def test_identical_passports_and_folders_have_no_changes() -> None:
+    assert diff_paths(SHIPPED, SHIPPED) == []
+    for n in range(1, 6):
+        assert diff_paths(SHIPPED / f"level-{n}.json", SHIPPED / f"level-{n}.json") == []
+
+
+def test_text_only_changes_are_not_changes() -> None:
+    def cosmetic(d: dict[str, Any]) -> None:
+        d.update(passport_id="other", owner_id="someone", version="2.0.0")
+        d["metadata"] = {"description": "edited"}
+        d["updated_at"] = "2027-01-01T00:00:00Z"
+        charge(d)["allowed_merchant_ids"] = [UTIL, RENT, PAYROLL, RENT]  # order, repeats
+
+    assert diff(raw(2), edited(2, cosmetic)) == []
+
+
+def test_recipients_one_change_each() -> None:
+    def edit(d: dict[str, Any]) -> None:
+        charge(d)["allowed_merchant_ids"] = [PAYROLL, EVIL, UTIL]
+
+    changes = diff_passports(load(raw(2)), load(edited(2, edit)))
+    assert [c.to_dict() for c in changes] == [
+        {
+            "level": None,
+            "pointer": ALLOW,
+            "old": RENT,
+            "new": None,
+            "effect": "narrows",
+            "summary": "no longer permitted: 'rent@aport-vault.com'",
+        },
+        {
+            "level": None,
+            "pointer": ALLOW,
+            "old": None,
+            "new": EVIL,
+            "effect": "widens",
+            "summary": "newly permitted: 'evil@x.test'",
+        },
+    ]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        # "*" and [] both permit anyone: moving between them changes nothing in effect.
+        (["*"], [], [(ALLOW, "*", None, "neutral")]),
+        ([], ["*"], [(ALLOW, None, "*", "neutral")]),
+        # The empty list has no entry: the whole list carries the change.
+        ([RENT], [], [(ALLOW, [RENT], [], "widens"), (ALLOW, RENT, None, "neutral")]),
+        ([], [RENT], [(ALLOW, [], [RENT], "narrows"), (ALLOW, None, RENT, "neutral")]),
+        ([RENT], [RENT, "*"], [(ALLOW, None, "*", "widens")]),
+        (["*", RENT], [RENT], [(ALLOW, "*", None, "narrows")]),
+        (
+            ["*", RENT],
+            [SAVINGS],
+            [
+                (ALLOW, "*", None, "narrows"),
+                (ALLOW, RENT, None, "narrows"),
+                (ALLOW, None, SAVINGS, "neutral"),
+            ],
+        ),
+        (["*"], ["*", EVIL], [(ALLOW, None, EVIL, "neutral")]),
+        (["*", EVIL], ["*"], [(ALLOW, EVIL, None, "neutral")]),
+        (["*", RENT], [], [(ALLOW, "*", None, "neutral"), (ALLOW, RENT, None, "neutral")]),
+        # Entries the guard can never match permit no one, added or removed.
+        ([RENT], [RENT, EVIL + " "], [(ALLOW, None, EVIL + " ", "neutral")]),
+        ([RENT, "ev\u200bil"], [RENT], [(ALLOW, "ev\u200bil", None, "neutral")]),
+        ([RENT], [RENT, ""], [(ALLOW, None, "", "neutral")]),
+        ([RENT, RENT.upper()], [RENT], [(ALLOW, RENT.upper(), None, "narrows")]),
+        ([RENT, PAYROLL], [PAYROLL, RENT], []),
+    ],
+)
+def test_allowlist_follows_the_guards_reading(
+    old: list[str], new: list[str], expected: list[tuple[str, Any, Any, str]]
+) -> None:
+    def with_list(entries: list[str]) -> Any:
+        return lambda d: charge(d).update(allowed_merchant_ids=entries)
+
+    assert diff(edited(2, with_list(old)), edited(2, with_list(new))) == expected
+
+
+def test_allowlist_summaries_say_what_the_guard_does() -> None:
+    def with_list(entries: list[str]) -> dict[str, Any]:
+        return edited(2, lambda d: charge(d).update(allowed_merchant_ids=entries))
+
+    summaries = [
+        c.summary
+        for old, new in ((["*"], []), ([RENT], []), ([RENT], [RENT, EVIL + " "]), (["*"], [RENT]))
+        for c in diff_passports(load(with_list(old)), load(with_list(new)))
+    ]
+    assert summaries == [
+        "'*' removed; the EMPTY allowlist still permits anyone (fail-open)",
+        "newly permitted: anyone (an EMPTY allowlist permits anyone under the published pack, fail-open)",
+        "removed 'rent@aport-vault.com', permitted either way: the allowlist permits anyone",
+        "added 'evil@x.test ', which can never match (recipient has surrounding whitespace: 'evil@x.test ')",
+        "no longer permitted: anyone ('*' removed); only the listed ones remain",
+        "added 'rent@aport-vault.com', permitted either way: the allowlist permits anyone",
+    ]
+
+
+def test_currency_limits_per_currency_and_cap() -> None:
+    def edit(d: dict[str, Any]) -> None:
+        charge(d)["currency_limits"] = {
+            "USD": {"max_per_tx": 60000},  # raised; daily cap removed
+            "EUR": {"max_per_tx": 10000, "daily_cap": 20000},  # new
+            "JPY": {"max_per_tx": 0, "daily_cap": 100},  # new, but permits no amount
+            "XXX": {"max_per_tx": 10000, "daily_cap": 20000},  # a currency the guard lacks
+        }
+
+    old, new = raw(3), edited(3, edit)
+    assert diff(old, new) == [
+        (f"{L}/currency_limits/EUR", None, {"max_per_tx": 10000, "daily_cap": 20000}, "widens"),
+        (f"{L}/currency_limits/JPY", None, {"max_per_tx": 0, "daily_cap": 100}, "neutral"),
+        (f"{USD}/max_per_tx", 50000, 60000, "widens"),
+        (f"{USD}/daily_cap", 100000, None, "widens"),
+        (f"{L}/currency_limits/XXX", None, {"max_per_tx": 10000, "daily_cap": 20000}, "neutral"),
+    ]
+    assert diff(new, old) == [
+        (f"{L}/currency_limits/EUR", {"max_per_tx": 10000, "daily_cap": 20000}, None, "narrows"),
+        (f"{L}/currency_limits/JPY", {"max_per_tx": 0, "daily_cap": 100}, None, "neutral"),
+        (f"{USD}/max_per_tx", 60000, 50000, "narrows"),
+        (f"{USD}/daily_cap", None, 100000, "narrows"),  # a cap where there was none
+        (f"{L}/currency_limits/XXX", {"max_per_tx": 10000, "daily_cap": 20000}, None, "neutral"),
+    ]
+    assert [c.summary for c in diff_passports(load(old), load(new))] == [
+        "newly permitted currency: EUR, up to EUR 100.00 a transfer, daily cap EUR 200.00",
+        "newly permitted currency: JPY, up to JPY 0 a transfer, daily cap JPY 100; it permits no amount",
+        "USD per-transfer limit raised: USD 500.00 -> USD 600.00",
+        "USD daily cap removed (was USD 1,000.00)",
+        "newly permitted currency: XXX, up to 10,000 minor units a transfer, daily cap 20,000 minor units; "
+        "the guard knows no currency XXX: calls in it are denied whatever its caps",
+    ]
+
+
+def test_lowered_daily_cap_and_caps_of_an_unknown_currency() -> None:
+    def lower(d: dict[str, Any]) -> None:
+        charge(d)["currency_limits"]["USD"]["daily_cap"] = 50000
+        charge(d)["currency_limits"]["XXX"] = {"max_per_tx": 5}
+
+    def raise_xxx(d: dict[str, Any]) -> None:
+        charge(d)["currency_limits"]["XXX"] = {"max_per_tx": 9, "daily_cap": 10}
+
+    assert diff(raw(3), edited(3, lower))[0] == (f"{USD}/daily_cap", 100000, 50000, "narrows")
+    assert diff(edited(3, lower), edited(3, raise_xxx))[1:] == [
+        (f"{L}/currency_limits/XXX/max_per_tx", 5, 9, "neutral"),
+        (f"{L}/currency_limits/XXX/daily_cap", None, 10, "neutral"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "effect", "summary"),
+    [
+        ("active", "suspended", "narrows", "status active -> suspended: every call is denied"),
+        ("revoked", "active", "widens", "status revoked -> active: calls are judged again"),
+        ("draft", "revoked", "neutral", "status draft -> revoked: every call is denied either way"),
+    ],
+)
+def test_status(old: str, new: str, effect: str, summary: str) -> None:
+    changes = diff_passports(
+        load(edited(3, lambda d: d.update(status=old))),
+        load(edited(3, lambda d: d.update(status=new))),
+    )
+    assert [(c.pointer, c.old, c.new, c.effect, c.summary) for c in changes] == [
+        ("/status", old, new, effect, summary)
+    ]
+
+
+def test_suspending_narrows_even_where_nothing_is_permitted() -> None:
+    (change,) = diff_passports(
+        load(raw(5)), load(edited(5, lambda d: d.update(status="suspended")))
+    )
+    assert change == Change(
+        None,
+        "/status",
+        "active",
+        "suspended",
+        "narrows",
+        "status active -> suspended: every call is denied; "
+        "changes nothing in effect: neither passport grants payments.charge",
+    )
+
+
+PAST, LATER = "2025-01-01T00:00:00Z", "2030-01-01T00:00:00Z"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        (
+            {"never_expires": True},
+            {"never_expires": False, "expires_at": PAST},
+            ("/expires_at", None, PAST, "narrows"),
+        ),
+        ({"expires_at": PAST}, {"expires_at": LATER}, ("/expires_at", PAST, LATER, "widens")),
+        ({"expires_at": LATER}, {"expires_at": PAST}, ("/expires_at", LATER, PAST, "narrows")),
+        (
+            {"expires_at": PAST},
+            {"expires_at": PAST, "never_expires": True},
+            ("/never_expires", None, True, "widens"),
+        ),
+        ({"expires_at": LATER}, {}, ("/expires_at", LATER, None, "widens")),
+        # never_expires overrides expires_at: moving the date changes nothing in effect.
+        (
+            {"never_expires": True, "expires_at": PAST},
+            {"never_expires": True, "expires_at": LATER},
+            ("/expires_at", PAST, LATER, "neutral"),
+        ),
+        (
+            {"never_expires": True},
+            {"never_expires": False},
+            ("/never_expires", True, False, "neutral"),
+        ),
+    ],
+)
+def test_expiry(
+    old: dict[str, Any], new: dict[str, Any], expected: tuple[str, Any, Any, str]
+) -> None:
+    def with_expiry(fields: dict[str, Any]) -> dict[str, Any]:
+        data = raw(3)
+        del data["never_expires"]
+        return {**data, **fields}
+
+    assert diff(with_expiry(old), with_expiry(new)) == [expected]
+
+
+def test_expiry_summaries() -> None:
+    base = {k: v for k, v in raw(3).items() if k != "never_expires"}
+    later = diff_passports(load({**base, "expires_at": PAST}), load({**base, "expires_at": LATER}))
+    moot = diff_passports(
+        load({**base, "never_expires": True, "expires_at": PAST}),
+        load({**base, "never_expires": True, "expires_at": LATER}),
+    )
+    assert [c.summary for c in later + moot] == [
+        "expiry 2025-01-01T00:00:00Z -> 2030-01-01T00:00:00Z",
+        "expiry never -> never (unchanged in effect: never_expires is true)",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("field", "old", "new", "effect"),
+    [
+        ("/assurance_level", "L2", "L1", "narrows"),
+        ("/assurance_level", "L1", "L3", "widens"),
+        ("/assurance_level", "L0", "L1", "neutral"),  # both below the pack's L2
+        ("/assurance_level", "L4KYC", "L4FIN", "widens"),
+        (f"{L}/require_assurance_at_least", "L2", "L3", "narrows"),
+        (f"{L}/require_assurance_at_least", "L4FIN", "L3", "widens"),
+        (f"{L}/require_assurance_at_least", "L0", "L2", "neutral"),  # the pack's L2 applies
+    ],
+)
+def test_assurance(field: str, old: str, new: str, effect: str) -> None:
+    def with_level(level: str) -> dict[str, Any]:
+        data = raw(3)
+        if field == "/assurance_level":
+            data["assurance_level"] = level
+        else:
+            charge(data)["require_assurance_at_least"] = level
+        return data
+
+    assert diff(with_level(old), with_level(new)) == [(field, old, new, effect)]
+
+
+def test_regions() -> None:
+    def regions(*names: str) -> dict[str, Any]:
+        return edited(3, lambda d: d.update(regions=list(names)))
+
+    assert diff(regions("US"), regions("US", "GB")) == [("/regions", None, "GB", "widens")]
+    assert diff(regions("US", "GB"), regions("GB")) == [
+        ("/regions", "US", None, "narrows"),
+        ("/regions/0", "US", "GB", "neutral"),  # transfers are judged in the first region
+    ]
+    changes = diff_passports(load(regions("US")), load(regions()))
+    assert [(c.effect, c.summary) for c in changes] == [
+        (
+            "narrows",
+            "region 'US' no longer permitted: no region left, every transfer_funds call is denied",
+        )
+    ]
+    assert diff(regions(), regions("GB")) == [("/regions", None, "GB", "widens")]
+
+
+def test_categories_countries_and_items() -> None:
+    def edit(d: dict[str, Any]) -> None:
+        charge(d).update(
+            blocked_categories=["funds_transfer", "gambling"],
+            allowed_countries=["US"],
+            max_items_per_tx=None,
+        )
+        del charge(d)["max_items_per_tx"]
+
+    old, new = raw(3), edited(3, edit)
+    assert diff(old, new) == [
+        (f"{L}/allowed_countries", [], ["US"], "narrows"),
+        (f"{L}/blocked_categories", None, "funds_transfer", "narrows"),
+        (f"{L}/blocked_categories", None, "gambling", "narrows"),
+        (f"{L}/max_items_per_tx", 1, None, "widens"),
+    ]
+    assert [c.summary for c in diff_passports(load(new), load(old))] == [
+        "any shipping country permitted; transfer_funds calls carry no shipping country: no effect on them",
+        "category 'funds_transfer' no longer blocked: every transfer_funds call is of this category",
+        "category 'gambling' no longer blocked: no effect on transfer_funds calls, whose category is funds_transfer",
+        "max_items_per_tx None -> 1; a transfer_funds call is one item: no effect on them",
+    ]
+    more = edited(3, lambda d: charge(d).update(allowed_countries=["GB", "FR"], max_items_per_tx=3))
+    fewer = edited(3, lambda d: charge(d).update(allowed_countries=["FR"], max_items_per_tx=2))
+    assert diff(more, fewer) == [
+        (f"{L}/allowed_countries", "GB", None, "narrows"),
+        (f"{L}/max_items_per_tx", 3, 2, "narrows"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "field", ["idempotency_required", "approval_required", "x_vault_memo_approval_code_required"]
+)
+def test_rules_that_deny_when_switched_on(field: str) -> None:
+    on = edited(3, lambda d: charge(d).update({field: True}))
+    assert diff(raw(3), on) == [(f"{L}/{field}", False, True, "narrows")]
+    assert diff(on, raw(3)) == [(f"{L}/{field}", True, False, "widens")]
+
+
+def test_level4_approval_code_extension_summary() -> None:
+    off = edited(4, lambda d: charge(d).update(x_vault_memo_approval_code_required=False))
+    (change,) = diff_passports(load(raw(4)), load(off))
+    assert (
+        change.summary
+        == "x_vault_memo_approval_code_required off: no approval code needed in the memo"
+    )
+
+
+def test_capabilities() -> None:
+    def edit(d: dict[str, Any]) -> None:
+        d["capabilities"] = [
+            {"id": "payments.charge", "params": {"currency": "USD", "max_amount": 1}},
+            {"id": "payments.refund"},
+        ]
+
+    assert diff(raw(3), edited(3, edit)) == [
+        ("/capabilities", "account.read", None, "neutral"),
+        (
+            "/capabilities/0/params",
+            {"currency": "USD", "max_amount": 50000},
+            {"currency": "USD", "max_amount": 1},
+            "neutral",
+        ),
+        ("/capabilities", None, "payments.refund", "neutral"),
+    ]
+    # Level 5 grants no payments: granting it widens; the limits come with it.
+    grant = raw(3)
+    grant["metadata"] = raw(5)["metadata"]
+    assert diff(raw(5), grant) == [
+        ("/capabilities", None, "payments.charge", "widens"),
+        (L, None, load(raw(3)).charge_limits.model_dump(), "neutral"),  # type: ignore[union-attr]
+    ]
+    assert diff(grant, raw(5))[0] == ("/capabilities", "payments.charge", None, "narrows")
+
+
+def test_dormant_limits_are_diffed_and_say_so() -> None:
+    def revoke(d: dict[str, Any]) -> None:
+        d["capabilities"] = [{"id": "account.read"}]
+
+    def revoke_and_raise(d: dict[str, Any]) -> None:
+        revoke(d)
+        charge(d)["currency_limits"]["USD"]["max_per_tx"] = 90000
+
+    changes = diff_passports(load(edited(3, revoke)), load(edited(3, revoke_and_raise)))
+    assert [(c.pointer, c.effect, c.summary) for c in changes] == [
+        (
+            f"{USD}/max_per_tx",
+            "widens",
+            "USD per-transfer limit raised: USD 500.00 -> USD 900.00; "
+            "changes nothing in effect: neither passport grants payments.charge",
+        )
+    ]
+
+
+# -- folders -----------------------------------------------------------------------------------
+
+
+def copy_shipped(tmp_path: Path, name: str) -> Path:
+    folder = tmp_path / name
+    shutil.copytree(SHIPPED, folder)
+    return folder
+
+
+def test_folders_pair_levels_by_file_name(tmp_path: Path) -> None:
+    old, new = copy_shipped(tmp_path, "old"), copy_shipped(tmp_path, "new")
+    level2 = raw(2)
+    charge(level2)["allowed_merchant_ids"].append(EVIL)
+    (new / "level-2.json").write_text(json.dumps(level2))
+    (new / "level-5.json").unlink()
+    shutil.copy(SHIPPED / "level-3.json", new / "level-6.json")
+    (new / "level-7.json").write_text(json.dumps(raw(5)))
+    (new / "notes.json").write_text("not a level")  # not level-N.json: not read
+    assert [(c.level, c.pointer, c.old, c.new, c.effect) for c in diff_paths(old, new)] == [
+        (2, ALLOW, None, EVIL, "widens"),
+        (5, "", "level-5.json", None, "neutral"),
+        (6, "", None, "level-6.json", "widens"),
+        (7, "", None, "level-7.json", "neutral"),
+    ]
+    back = diff_paths(new, old)
+    assert [(c.level, c.effect, c.summary) for c in back if c.pointer == ""] == [
+        (5, "neutral", "level 5 added (level-5.json): does not grant payments.charge"),
+        (6, "narrows", "level 6 removed (level-6.json, which granted payments.charge)"),
+        (7, "neutral", "level 7 removed (level-7.json, which does not grant payments.charge)"),
+    ]
+
+
+def test_bad_inputs_are_one_line_errors(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"status": "active", "status": "revoked"}')
+    with pytest.raises(PassportError) as excinfo:
+        diff_paths(SHIPPED, SHIPPED / "level-1.json")
+    assert str(excinfo.value) == (
+        f"{SHIPPED / 'level-1.json'}: not a folder like {SHIPPED}: compare two files or two folders"
+    )
+    with pytest.raises(PassportError, match=r"empty: no level-N\.json passports in this folder$"):
+        diff_paths(SHIPPED, empty)
+    with pytest.raises(PassportError) as excinfo:
+        diff_paths(SHIPPED / "level-1.json", bad)
+    assert str(excinfo.value) == f"{bad}: (root): duplicate key 'status'"
+
+
+# -- the command line ----------------------------------------------------------------------------
+
+
+def write(path: Path, data: dict[str, Any]) -> Path:
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_cli_text_and_exit_statuses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lookalike = "s\u0430vings@aport-vault.com"  # a Cyrillic a: another payee
+    entries = [SAVINGS, lookalike, "\x1b[31mevil"]
+    new = write(
+        tmp_path / "new.json", edited(3, lambda d: charge(d).update(allowed_merchant_ids=entries))
+    )
+    old = SHIPPED / "level-3.json"
+    assert main(["diff", str(old), str(new)]) == 0
+    out, err = capsys.readouterr()
+    assert out == (
+        f"{ALLOW}: widens: newly permitted: 's\u0430vings@aport-vault.com'\n"
+        f"{ALLOW}: neutral: added '\\x1b[31mevil', which can never match (recipient contains "
+        "control or invisible characters: '\\x1b[31mevil')\n"
+    )
+    assert err == "vault-guard diff: 2 changes (1 widens, 0 narrows, 1 neutral)\n"
+    assert main(["diff", str(old), str(new), "--fail-on-widen"]) == 1
+    capsys.readouterr()
+    # Narrowing passes the gate.
+    assert main(["diff", str(new), str(old), "--fail-on-widen"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == f"{ALLOW}: narrows: no longer permitted: '{lookalike}'"
+    assert main(["diff", str(SHIPPED), str(SHIPPED), "--fail-on-widen"]) == 0
+    assert capsys.readouterr() == (
+        "",
+        "vault-guard diff: 0 changes (0 widens, 0 narrows, 0 neutral)\n",
+    )
+
+
+def test_cli_json_is_exact(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    hostile = "\u202eevil\ud800"
+    new = write(
+        tmp_path / "new.json", edited(3, lambda d: charge(d).update(allowed_merchant_ids=[hostile]))
+    )
+    assert main(["diff", str(SHIPPED / "level-3.json"), str(new), "--format", "json"]) == 0
+    out = capsys.readouterr().out
+    assert out.isascii()
+    assert json.loads(out) == {
+        "changes": [
+            {
+                "level": None,
+                "pointer": ALLOW,
+                "old": SAVINGS,
+                "new": None,
+                "effect": "narrows",
+                "summary": "no longer permitted: 'savings@aport-vault.com'",
+            },
+            {
+                "level": None,
+                "pointer": ALLOW,
+                "old": None,
+                "new": hostile,
+                "effect": "neutral",
+                "summary": "added '\\u202eevil\\ud800', which can never match (recipient contains control or invisible characters: '\\u202eevil\\ud800')",
+            },
+        ]
+    }
+
+
+def test_cli_folders_with_levels_and_decimal_params(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    new = copy_shipped(tmp_path, "new")
+    text = (
+        (SHIPPED / "level-1.json")
+        .read_text()
+        .replace('"max_amount": 5000000', '"max_amount": 50000.5')
+    )
+    (new / "level-1.json").write_text(text)
+    assert main(["diff", str(SHIPPED), str(new), "--format", "json"]) == 0
+    (change,) = json.loads(capsys.readouterr().out)["changes"]
+    assert (change["level"], change["pointer"], change["new"]) == (
+        1,
+        "/capabilities/1/params",
+        {"currency": "USD", "max_amount": 50000.5},
+    )
+    assert main(["diff", str(SHIPPED), str(new)]) == 0
+    assert capsys.readouterr().out.startswith("level 1: /capabilities/1/params: neutral: params of")
+
+
+def test_cli_unloadable_passport(tmp_path: Path) -> None:
+    bad = tmp_path / "bad\x1b.json"
+    bad.write_text('{"status": ')
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest_vault.guard",
+            "diff",
+            str(SHIPPED / "level-1.json"),
+            str(bad),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (result.returncode, result.stdout) == (2, "")
+    shown_bad = str(bad).replace("\x1b", "\\x1b")
+    assert result.stderr == f"error: {shown_bad}:1: invalid JSON: Expecting value at column 12\n"
+
+
+# -- exactness: a property ---------------------------------------------------------------------
+
+RECIPIENTS = [RENT, PAYROLL, SAVINGS, AUDIT, EVIL, "*"]
+ENTRIES = [*RECIPIENTS, SAVINGS + " ", RENT.upper()]
+MINOR = [0, 1, 40000, 50000, 100000, 250000, 5000000]
+LEVELS = ["L0", "L1", "L2", "L3", "L4KYC", "L4FIN"]
+
+
+def cap() -> st.SearchStrategy[dict[str, int] | None]:
+    def build(max_per_tx: int, daily: int | None) -> dict[str, int]:
+        return {"max_per_tx": max_per_tx} | ({} if daily is None else {"daily_cap": daily})
+
+    return st.none() | st.builds(build, st.sampled_from(MINOR), st.none() | st.sampled_from(MINOR))
+
+
+Field = tuple[st.SearchStrategy[Any], st.SearchStrategy[Any]]
+
+
+def choice(usual: Any, *others: Any) -> Field:
+    """A field's value: in the old passport the usual one nine times in ten (so most old
+    passports permit calls); in the new, any of them (so a change is likely)."""
+    return st.sampled_from([usual] * 9 * len(others) + list(others)), st.sampled_from(
+        [usual, *others]
+    )
+
+
+def anything(strategy: st.SearchStrategy[Any]) -> Field:
+    return strategy, strategy
+
+
+USUAL_CAP = {"max_per_tx": 250000, "daily_cap": 1000000}
+
+# Every field the guard reads, each drawn on its own.
+FIELDS: dict[str, Field] = {
+    "grant": choice(True, False),
+    "dormant_limits": anything(st.booleans()),
+    "status": choice("active", "suspended", "draft", "revoked"),
+    "expires_at": choice(None, PAST, LATER, "2027-06-01T00:00:00Z"),
+    "never_expires": choice(None, True, False),
+    "assurance_level": choice("L2", "L0", "L1", "L3", "L4KYC", "L4FIN"),
+    "regions": choice(["US"], ["GB", "US"], []),
+    "allowed_merchant_ids": anything(st.lists(st.sampled_from(ENTRIES), max_size=4)),
+    "USD": (st.sampled_from([USUAL_CAP] * 3) | cap(), cap()),
+    "EUR": anything(cap()),
+    "JPY": anything(cap()),
+    "XXX": anything(cap()),
+    "require_assurance_at_least": choice(None, "L0", "L2", "L3", "L4FIN"),
+    "blocked_categories": choice([], ["gambling"], ["funds_transfer"]),
+    "allowed_countries": choice(None, [], ["US"]),
+    "max_items_per_tx": choice(None, 1, 2),
+    "idempotency_required": choice(None, False, True),
+    "approval_required": choice(None, False, True),
+    "x_vault_memo_approval_code_required": choice(None, False, True),
+}
+LIMIT_FIELDS = [
+    "require_assurance_at_least",
+    "blocked_categories",
+    "allowed_countries",
+    "max_items_per_tx",
+    "idempotency_required",
+    "approval_required",
+    "x_vault_memo_approval_code_required",
+    "allowed_merchant_ids",
+]
+
+
+def build(fields: dict[str, Any]) -> dict[str, Any]:
+    """A level-3-shaped passport with these fields."""
+    data = {k: v for k, v in raw(3).items() if k != "never_expires"}
+    for key in ("status", "assurance_level", "regions", "expires_at", "never_expires"):
+        if fields[key] is not None:
+            data[key] = fields[key]
+    limits = {key: fields[key] for key in LIMIT_FIELDS if fields[key] is not None}
+    limits["currency_limits"] = {c: fields[c] for c in ("USD", "EUR", "JPY", "XXX") if fields[c]}
+    data["limits"] = (
+        {"payments.charge": limits} if fields["grant"] or fields["dormant_limits"] else {}
+    )
+    data["capabilities"] = [{"id": "account.read"}] + [{"id": "payments.charge"}] * fields["grant"]
+    return data
+
+
+@st.composite
+def passport_pairs(draw: st.DrawFn) -> tuple[Passport, Passport]:
+    """An old passport, and a new one with one to three of its fields drawn again."""
+    old = {key: draw(field[0], label=key) for key, field in FIELDS.items()}
+    changed = draw(st.lists(st.sampled_from(sorted(FIELDS)), min_size=1, max_size=3, unique=True))
+    new = dict(old)
+    for key in changed:
+        new[key] = draw(FIELDS[key][1].filter(lambda v, was=old[key]: v != was), label=f"new {key}")
+    return load(build(old)), load(build(new))
+
+
+calls = st.lists(
+    st.fixed_dictionaries(
+        {
+            "recipient": st.sampled_from(RECIPIENTS),
+            "amount": st.sampled_from(
+                ["0.01", "1", "400", "500", "500.01", "1000", "2500", "50000"]
+            ).map(Decimal),
+            "currency": st.sampled_from(["USD", "USD", "EUR", "JPY"]),
+        },
+        optional={
+            "memo": st.sampled_from(["APC-2026-0142", "no code"]),
+            "idempotency_key": st.just("key-00000001"),
+        },
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+# Every call of this grid is judged under every generated pair, beside the drawn calls:
+# the passports are random, the calls near every limit they can have.
+GRID = [
+    {"recipient": r, "amount": Decimal(a), "currency": c, **extra}
+    for r in RECIPIENTS
+    for a in ("0.01", "400", "500.01", "1000", "2500", "50000")
+    for c in ("USD", "EUR", "JPY")
+    for extra in ({"memo": "APC-2026-0142", "idempotency_key": "key-00000001"}, {})
+]
+
+
+def explains(change: Change, t: Transfer, old: Passport, new: Passport, effect: str) -> bool:
+    """Whether `change`, of this effect, can account for this call's decision flipping.
+
+    Each kind of change is tied to the calls it can decide: a recipient entry to calls to
+    that recipient ("*" and the whole list to any), a cap to amounts between its old and
+    new values in its currency, a rule to the calls it applies to.
+    """
+    if change.effect != effect:
+        return False
+    p, widening = change.pointer, effect == "widens"
+    value = change.new if change.old is None else change.old  # an entry's change: one side
+    if p in ("/status", "/expires_at", "/never_expires", "/assurance_level"):
+        return True
+    if p in (f"{L}/require_assurance_at_least", f"{L}/approval_required"):
+        return True
+    if p == "/capabilities":
+        return value == "payments.charge"
+    if p == "/regions":
+        return not (old if widening else new).regions
+    if p == f"{L}/idempotency_required":
+        return t.idempotency_key is None
+    if p == f"{L}/x_vault_memo_approval_code_required":
+        return not APPROVAL_CODE.search(t.memo or "")
+    if p == f"{L}/blocked_categories":
+        return value == "funds_transfer"
+    if p == ALLOW:
+        return value in (t.recipient, "*") or [] in (change.old, change.new)
+    prefix = f"{L}/currency_limits/{t.currency}"
+    if p == prefix:
+        return True
+    if p in (f"{prefix}/max_per_tx", f"{prefix}/daily_cap"):
+        inf = float("inf")
+        low, high = sorted(inf if v is None else v for v in (change.old, change.new))
+        return low < t.amount_minor <= high
+    return False
+
+
+def unexplained(
+    old: Passport, new: Passport, changes: list[Change], args: list[dict[str, Any]]
+) -> list[str]:
+    """The calls whose decision flips with no change in `changes` to explain it."""
+    problems = []
+    # judge_call leaves the ledger alone: each call is judged as the first of its day.
+    old_guard, new_guard = Guard(old, clock=lambda: NOW), Guard(new, clock=lambda: NOW)
+    for call in args:
+        before = old_guard.judge_call("transfer_funds", call)
+        after = new_guard.judge_call("transfer_funds", call)
+        if before.allow == after.allow:
+            continue
+        effect = "widens" if after.allow else "narrows"
+        assert after.transfer is not None
+        if not any(explains(c, after.transfer, old, new, effect) for c in changes):
+            problems.append(f"{effect} unexplained: {call} {before.codes} -> {after.codes}")
+    return problems
+
+
+@settings(max_examples=200, deadline=None)
+@given(pair=passport_pairs(), args=calls)
+def test_every_flipped_decision_is_explained(
+    pair: tuple[Passport, Passport], args: list[dict[str, Any]]
+) -> None:
+    old, new = pair
+    assert unexplained(old, new, diff_passports(old, new), args + GRID) == []
+    assert unexplained(new, old, diff_passports(new, old), args + GRID) == []
+
+
+def flips(old: Passport, new: Passport, args: list[dict[str, Any]]) -> int:
+    old_guard, new_guard = Guard(old, clock=lambda: NOW), Guard(new, clock=lambda: NOW)
+    return sum(
+        old_guard.judge_call("transfer_funds", c).allow
+        != new_guard.judge_call("transfer_funds", c).allow
+        for c in args
+    )
+
+
+def limits_edit(**fields: Any) -> Any:
+    return lambda d: charge(d).update(fields)
+
+
+def usd(**fields: Any) -> Any:
+    return lambda d: charge(d)["currency_limits"]["USD"].update(fields)
+
+
+def no_daily_cap(d: dict[str, Any]) -> None:
+    del charge(d)["currency_limits"]["USD"]["daily_cap"]
+
+
+KINDS = {
+    "recipient added": limits_edit(allowed_merchant_ids=[SAVINGS, AUDIT]),
+    "recipient removed": limits_edit(allowed_merchant_ids=[RENT]),
+    "wildcard": limits_edit(allowed_merchant_ids=[SAVINGS, "*"]),
+    "empty allowlist": limits_edit(allowed_merchant_ids=[]),
+    "currency added": lambda d: charge(d)["currency_limits"].update(EUR={"max_per_tx": 100}),
+    "currency removed": limits_edit(currency_limits={"EUR": {"max_per_tx": 100}}),
+    "max_per_tx raised": usd(max_per_tx=5000000),
+    "max_per_tx lowered": usd(max_per_tx=30000),
+    "daily_cap lowered": usd(daily_cap=30000),
+    "daily_cap removed": lambda d: (usd(max_per_tx=5000000)(d), no_daily_cap(d)),
+    "status": lambda d: d.update(status="revoked"),
+    "expires_at": lambda d: d.update(never_expires=None, expires_at=PAST),
+    "never_expires": lambda d: d.update(never_expires=False, expires_at=PAST),
+    "assurance_level": lambda d: d.update(assurance_level="L1"),
+    "require_assurance_at_least": limits_edit(require_assurance_at_least="L3"),
+    "regions": lambda d: d.update(regions=[]),
+    "blocked_categories": limits_edit(blocked_categories=["funds_transfer"]),
+    "idempotency_required": limits_edit(idempotency_required=True),
+    "approval_required": limits_edit(approval_required=True),
+    "approval code": limits_edit(x_vault_memo_approval_code_required=True),
+    "capability": lambda d: d.update(capabilities=[{"id": "account.read"}]),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_every_kind_of_change_flips_decisions_it_explains(kind: str) -> None:
+    """Each kind of change, alone, flips some calls of the grid, and explains each flip."""
+    data = raw(3)
+    KINDS[kind](data)
+    old, new = load(raw(3)), load({k: v for k, v in data.items() if v is not None})
+    assert flips(old, new, GRID) > 0
+    assert unexplained(old, new, diff_passports(old, new), GRID) == []
+    assert unexplained(new, old, diff_passports(new, old), GRID) == []
+
+
+def test_the_property_can_fail() -> None:
+    """The check finds flips that a diff missing its changes cannot explain."""
+    old, new = load(raw(2)), load(raw(3))
+    args = [
+        {"recipient": SAVINGS, "amount": 100},  # newly permitted recipient
+        {"recipient": RENT, "amount": 100},  # no longer permitted
+        {"recipient": RENT, "amount": 1000},  # over the new cap too
+    ]
+    changes = diff_passports(old, new)
+    assert unexplained(old, new, changes, args) == []
+    assert len(unexplained(old, new, [], args)) == 3
+    flipped = [c._replace(effect="neutral") if c.pointer == ALLOW else c for c in changes]
+    assert unexplained(old, new, flipped, args) == [
+        f"widens unexplained: {args[0]} ('oap.merchant_forbidden',) -> ('oap.allowed',)",
+        f"narrows unexplained: {args[1]} ('oap.allowed',) -> ('oap.merchant_forbidden',)",
+        # still explained: its amount's cap was lowered below it
+    ]

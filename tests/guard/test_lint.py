@@ -1,0 +1,356 @@
+"""`vault-guard lint`: fail-open and deny-everything mistakes, each by file, pointer and code."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import warnings
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_vault.guard.__main__ import main
+from pytest_vault.guard.lint import Finding, lint_paths
+from pytest_vault.guard.passport import PassportError, read_passport
+from pytest_vault.harness.levels import SHIPPED
+
+L = "/limits/payments.charge"
+ALLOW = f"{L}/allowed_merchant_ids"
+USD = f"{L}/currency_limits/USD"
+RENT, PAYROLL = "rent@aport-vault.com", "payroll@aport-vault.com"
+NOW = datetime(2027, 6, 1, tzinfo=UTC)
+
+
+def raw(level: int) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((SHIPPED / f"level-{level}.json").read_text())
+    return data
+
+
+def charge(data: dict[str, Any]) -> dict[str, Any]:
+    limits: dict[str, Any] = data["limits"]["payments.charge"]
+    return limits
+
+
+def write(tmp_path: Path, data: object, name: str = "p.json") -> Path:
+    path = tmp_path / name
+    path.write_text(data if isinstance(data, str) else json.dumps(data))
+    return path
+
+
+def findings(tmp_path: Path, data: object) -> list[tuple[str, str, str]]:
+    return [(f.pointer, f.severity, f.code) for f in lint_paths([write(tmp_path, data)], now=NOW)]
+
+
+def loader_message(path: Path) -> str:
+    with warnings.catch_warnings(), pytest.raises(PassportError) as excinfo:
+        warnings.simplefilter("ignore")
+        read_passport(path)
+    return str(excinfo.value)
+
+
+def test_the_shipped_passports_lint_clean(capsys: pytest.CaptureFixture[str]) -> None:
+    assert lint_paths([SHIPPED], now=NOW) == []
+    assert main(["lint", str(SHIPPED)]) == 0
+    assert capsys.readouterr() == ("", "vault-guard lint: 0 errors, 0 warnings\n")
+
+
+# -- errors ---------------------------------------------------------------------------------
+
+
+def test_empty_allowlist_is_an_error(tmp_path: Path) -> None:
+    data = raw(2)
+    charge(data)["allowed_merchant_ids"] = []
+    (finding,) = lint_paths([write(tmp_path, data)], now=NOW)
+    assert finding == Finding(
+        str(tmp_path / "p.json"),
+        ALLOW,
+        "error",
+        "empty-allowlist",
+        "EMPTY allowlist: the published pack reads it as 'any recipient' (fail-open); "
+        'write ["*"] if that is meant, or list the recipients',
+    )
+
+
+def test_expiry(tmp_path: Path) -> None:
+    data = {k: v for k, v in raw(3).items() if k != "never_expires"}
+    expired = {**data, "expires_at": "2027-06-01T00:00:00Z"}  # the very moment: expired
+    assert findings(tmp_path, expired) == [("/expires_at", "error", "expired")]
+    assert findings(tmp_path, {**data, "expires_at": "2027-06-01T00:00:01Z"}) == []
+    assert findings(tmp_path, {**expired, "never_expires": False}) == [
+        ("/expires_at", "error", "expired")
+    ]
+    (ignored,) = lint_paths([write(tmp_path, {**expired, "never_expires": True})], now=NOW)
+    assert (ignored.pointer, ignored.severity, ignored.code, ignored.message) == (
+        "/expires_at",
+        "warning",
+        "expiry-ignored",
+        "never_expires is true, so expires_at 2027-06-01T00:00:00Z is ignored",
+    )
+
+
+def test_assurance_below_what_is_required(tmp_path: Path) -> None:
+    low = {**raw(3), "assurance_level": "L1"}
+    (finding,) = lint_paths([write(tmp_path, low)], now=NOW)
+    assert (finding.pointer, finding.severity, finding.code, finding.message) == (
+        "/assurance_level",
+        "error",
+        "assurance-below-minimum",
+        "assurance_level L1 is below the pack's minimum L2: every call is denied (oap.assurance_insufficient)",
+    )
+    raised = raw(3)
+    charge(raised)["require_assurance_at_least"] = "L4KYC"
+    (finding,) = lint_paths([write(tmp_path, raised)], now=NOW)
+    assert finding.message.startswith(
+        "assurance_level L2 is below require_assurance_at_least L4KYC:"
+    )
+    # A passport that grants no payments denies nothing more for being L0.
+    assert findings(tmp_path, {**raw(5), "assurance_level": "L0"}) == []
+
+
+@pytest.mark.parametrize(
+    ("edit", "where"),
+    [
+        (lambda d: d["limits"].clear(), L),
+        (lambda d: charge(d).pop("currency_limits"), f"{L}/currency_limits"),
+        (lambda d: charge(d).pop("allowed_merchant_ids"), f"{L}/allowed_merchant_ids"),
+        (
+            lambda d: charge(d)["currency_limits"]["USD"].update(max_per_tx="500"),
+            f"{USD}/max_per_tx",
+        ),
+        (
+            lambda d: charge(d)["currency_limits"].update(usd={"max_per_tx": 1}),
+            f"{L}/currency_limits/usd",
+        ),
+        (lambda d: charge(d).update(idempotency_requried=True), f"{L}/idempotency_requried"),
+        (lambda d: charge(d).update(allowed_merchant_ids=[RENT, 7]), f"{ALLOW}/1"),
+    ],
+)
+def test_a_grant_without_readable_limits_is_the_loaders_error(
+    tmp_path: Path, edit: Any, where: str
+) -> None:
+    data = raw(3)
+    edit(data)
+    path = write(tmp_path, data)
+    (finding,) = lint_paths([path], now=NOW)
+    assert finding == Finding(
+        str(path), where, "error", "charge-limits-unreadable", loader_message(path)
+    )
+
+
+@pytest.mark.parametrize(
+    ("document", "where"),
+    [
+        ('{"status": ', ""),
+        ('{"a": 1, "a": 2}', ""),
+        (b"\xff{}", ""),
+        ("[]", ""),
+        (json.dumps({**raw(3), "status": "paused"}), "/status"),
+        (json.dumps({k: v for k, v in raw(3).items() if k != "owner_id"}), "/owner_id"),
+        (json.dumps({**raw(3), "regions": ["us"]}), "/regions/0"),
+        (
+            json.dumps({**raw(3), "capabilities": [{"id": "payments.charge", "x": 1}]}),
+            "/capabilities/0/x",
+        ),
+        (json.dumps({**raw(3), "expires_at": "2030-01-01T00:00:00"}), "/expires_at"),
+        (json.dumps({**raw(5), "expires_at": "2030-01-01T00:00:00"}), "/expires_at"),
+    ],
+)
+def test_a_passport_that_cannot_be_loaded(
+    tmp_path: Path, document: str | bytes, where: str
+) -> None:
+    path = tmp_path / "p.json"
+    path.write_bytes(document if isinstance(document, bytes) else document.encode())
+    (finding,) = lint_paths([path], now=NOW)
+    assert finding == Finding(str(path), where, "error", "unloadable", loader_message(path))
+
+
+def test_unloadable_messages_are_the_loaders(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.json"
+    bad = write(tmp_path, {**raw(3), "status": "paused"})
+    assert [f.line() for f in lint_paths([missing, bad], now=NOW)] == [
+        f"{missing}:: error: {missing}: cannot read: No such file or directory",
+        f"{bad}:/status: error: {bad}: status: Input should be 'draft', 'active', 'suspended' or 'revoked'",
+    ]
+
+
+def test_entries_that_can_never_match(tmp_path: Path) -> None:
+    data = raw(2)
+    entries = [RENT, "evil@x.test ", "ev\u200bil@x.test", "", "\x1b[2Jevil", "a" * 255, PAYROLL]
+    charge(data)["allowed_merchant_ids"] = entries
+    found = lint_paths([write(tmp_path, data)], now=NOW)
+    assert [(f.pointer, f.severity, f.code) for f in found] == [
+        (f"{ALLOW}/{i}", "error", "unmatchable-recipient") for i in (1, 2, 3, 4, 5)
+    ]
+    assert [f.message for f in found[:4]] == [
+        "'evil@x.test ' can never match: the guard denies such a recipient (recipient has surrounding whitespace: 'evil@x.test ')",
+        "'ev\\u200bil@x.test' can never match: the guard denies such a recipient (recipient contains control or invisible characters: 'ev\\u200bil@x.test')",
+        "'' can never match: the guard denies such a recipient (recipient must be 1 to 254 characters long)",
+        "'\\x1b[2Jevil' can never match: the guard denies such a recipient (recipient contains control or invisible characters: '\\x1b[2Jevil')",
+    ]
+
+
+# -- warnings ---------------------------------------------------------------------------------
+
+
+def test_duplicates_and_a_wildcard_beside_names(tmp_path: Path) -> None:
+    data = raw(2)
+    charge(data)["allowed_merchant_ids"] = [RENT, PAYROLL, RENT, "*", "*"]
+    found = lint_paths([write(tmp_path, data)], now=NOW)
+    assert [(f.pointer, f.severity, f.code, f.message) for f in found] == [
+        (f"{ALLOW}/2", "warning", "duplicate-recipient", "'rent@aport-vault.com' repeats entry 0"),
+        (
+            f"{ALLOW}/3",
+            "warning",
+            "wildcard-beside-names",
+            "'*' permits anyone, so the named entries beside it restrict nothing",
+        ),
+        (f"{ALLOW}/4", "warning", "duplicate-recipient", "'*' repeats entry 3"),
+    ]
+    charge(data)["allowed_merchant_ids"] = ["*", "*"]
+    assert findings(tmp_path, data) == [(f"{ALLOW}/1", "warning", "duplicate-recipient")]
+
+
+def test_currency_caps(tmp_path: Path) -> None:
+    data = raw(3)
+    charge(data)["currency_limits"] = {
+        "USD": {"max_per_tx": 50000, "daily_cap": 10000},
+        "EUR": {"max_per_tx": 50000},
+        "XXX": {"max_per_tx": 1, "daily_cap": 1},
+    }
+    found = lint_paths([write(tmp_path, data)], now=NOW)
+    assert [(f.pointer, f.severity, f.code, f.message) for f in found] == [
+        (
+            f"{USD}/max_per_tx",
+            "warning",
+            "max-above-daily-cap",
+            "max_per_tx USD 500.00 is above daily_cap USD 100.00: the daily cap is the real limit",
+        ),
+        (
+            f"{L}/currency_limits/EUR",
+            "warning",
+            "no-daily-cap",
+            "EUR has no daily_cap: any number of transfers a day",
+        ),
+        (
+            f"{L}/currency_limits/XXX",
+            "warning",
+            "unknown-currency",
+            "the guard knows no currency XXX: calls in it are always denied",
+        ),
+    ]
+    charge(data)["currency_limits"] = {}
+    assert findings(tmp_path, data) == [(f"{L}/currency_limits", "warning", "no-currencies")]
+
+
+@pytest.mark.parametrize("status", ["suspended", "revoked", "draft"])
+def test_a_status_other_than_active(tmp_path: Path, status: str) -> None:
+    (finding,) = lint_paths([write(tmp_path, {**raw(5), "status": status})], now=NOW)
+    assert (finding.pointer, finding.severity, finding.code, finding.message) == (
+        "/status",
+        "warning",
+        "not-active",
+        f"status is {status}: every call is denied (oap.passport_suspended)",
+    )
+
+
+def test_rules_that_deny_every_call(tmp_path: Path) -> None:
+    data = {**raw(3), "regions": []}
+    charge(data).update(approval_required=True, blocked_categories=["gambling", "funds_transfer"])
+    assert findings(tmp_path, data) == [
+        ("/regions", "warning", "no-regions"),
+        (f"{L}/approval_required", "warning", "approval-required"),
+        (f"{L}/blocked_categories/1", "warning", "transfers-blocked"),
+    ]
+
+
+def test_findings_of_one_passport_in_order(tmp_path: Path) -> None:
+    data = {**raw(2), "status": "suspended", "assurance_level": "L1"}
+    charge(data)["allowed_merchant_ids"] = [RENT, RENT + "\n"]
+    charge(data)["currency_limits"]["USD"].pop("daily_cap")
+    assert findings(tmp_path, data) == [
+        ("/status", "warning", "not-active"),
+        ("/assurance_level", "error", "assurance-below-minimum"),
+        (f"{ALLOW}/1", "error", "unmatchable-recipient"),
+        (USD, "warning", "no-daily-cap"),
+    ]
+
+
+# -- files, folders and the command line ------------------------------------------------------
+
+
+def test_folders_lint_every_json_file(tmp_path: Path) -> None:
+    folder = tmp_path / "passports"
+    shutil.copytree(SHIPPED, folder)
+    write(folder, {**raw(1), "status": "draft"}, "level-1.json")
+    write(folder, "{", "zz-extra.json")
+    (folder / "notes.txt").write_text("{")  # not *.json: not read
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    found = lint_paths([folder, empty], now=NOW)
+    assert [(Path(f.file).name, f.pointer, f.code) for f in found] == [
+        ("level-1.json", "/status", "not-active"),
+        ("zz-extra.json", "", "unloadable"),
+        ("empty", "", "no-passports"),
+    ]
+    assert found[-1].message == f"{empty}: no *.json passports in this folder"
+
+
+def test_cli_text_exit_status_and_escaping(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = raw(2)
+    charge(data)["allowed_merchant_ids"] = [RENT, "\x1b]0;pwned\x07"]
+    bad = write(tmp_path, data, "bad\x1b.json")
+    warn = write(tmp_path, {**raw(5), "status": "revoked"}, "warn.json")
+    assert main(["lint", str(bad), str(warn)]) == 1
+    out, err = capsys.readouterr()
+    name = str(bad).replace("\x1b", "\\x1b")
+    assert out == (
+        f"{name}:{ALLOW}/1: error: '\\x1b]0;pwned\\x07' can never match: the guard denies such a "
+        "recipient (recipient contains control or invisible characters: '\\x1b]0;pwned\\x07')\n"
+        f"{warn}:/status: warning: status is revoked: every call is denied (oap.passport_suspended)\n"
+    )
+    assert err == "vault-guard lint: 1 error, 1 warning\n"
+    # Warnings alone pass.
+    assert main(["lint", str(warn)]) == 0
+
+
+def test_cli_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = raw(2)
+    charge(data)["allowed_merchant_ids"] = []
+    path = write(tmp_path, data, "l\u00e9vel-2.json")
+    assert main(["lint", str(path), "--format", "json"]) == 1
+    out = capsys.readouterr().out
+    assert out.isascii()
+    assert json.loads(out) == {
+        "findings": [
+            {
+                "file": str(path),
+                "pointer": ALLOW,
+                "severity": "error",
+                "code": "empty-allowlist",
+                "message": "EMPTY allowlist: the published pack reads it as 'any recipient' "
+                '(fail-open); write ["*"] if that is meant, or list the recipients',
+            }
+        ]
+    }
+    assert main(["lint", str(SHIPPED), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"findings": []}
+
+
+def test_cli_as_a_module() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest_vault.guard", "lint", str(SHIPPED / "level-1.json")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (result.returncode, result.stdout, result.stderr) == (
+        0,
+        "",
+        "vault-guard lint: 0 errors, 0 warnings\n",
+    )
