@@ -152,6 +152,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="SECONDS",
         help="seconds between progress lines (0: none; default 15)",
     )
+    add(
+        "--vault-decisions",
+        action="store_true",
+        help="instead of evaluations, one syrupy snapshot test per case with calls "
+        "(FILE::ID[decisions]): each call's decision under the level passports",
+    )
     parser.addini("vault_corpus_glob", "file name pattern of corpus files", default="*.jsonl")
 
 
@@ -249,6 +255,14 @@ def pytest_configure(config: pytest.Config) -> None:
     if workerinput is not None:
         options = options.share_of(int(workerinput["workercount"]))
     config.stash[VAULT] = VaultSession(options)
+    if config.pluginmanager.hasplugin("syrupy"):
+        from pytest_vault.plugin.decisions import hide_from_other_extensions
+
+        hide_from_other_extensions(config)
+    if config.getoption("vault_decisions"):
+        from pytest_vault.plugin.decisions import configure as configure_decisions
+
+        configure_decisions(config)
     if workerinput is None and options.progress_s > 0:
         config.pluginmanager.register(Progress(config, options.progress_s), "vault-progress")
     if config.pluginmanager.hasplugin("xdist"):
@@ -266,10 +280,15 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Keep this shard's items (after -k and -m), and count what the run plans."""
+    """Keep this shard's items (after -k, -m and, for decision tests, --vault-level), and
+    count what the run plans."""
     from pytest_vault.plugin.collect import group_key
 
     vault = config.stash[VAULT]
+    if config.getoption("vault_decisions"):
+        from pytest_vault.plugin.decisions import deselect_levels
+
+        deselect_levels(config, items)
     shard = vault.options.shard
     vault.planned_run = _plan(items)
     if shard is not None:

@@ -1,4 +1,5 @@
-"""pytest nodes: a corpus file collects one test per case x model x track x architecture."""
+"""pytest nodes: a corpus file collects one test per case x model x track x architecture
+(with --vault-decisions, one decision test per case with calls: see decisions.py)."""
 
 from __future__ import annotations
 
@@ -47,6 +48,11 @@ class CorpusFile(pytest.File):
         except (CorpusError, PassportError) as exc:
             raise self.CollectError(str(exc)) from None
         vault.corpus_digests[self.path.name] = hashlib.sha256(self.path.read_bytes()).hexdigest()
+        if self.config.getoption("vault_decisions"):
+            from pytest_vault.plugin.decisions import collect
+
+            yield from collect(self, entries)
+            return
         opts = vault.options
         for lineno, case in entries:
             if case.level not in opts.levels:

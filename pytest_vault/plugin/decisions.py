@@ -1,0 +1,403 @@
+"""Decision snapshots (`pytest CORPUS --vault-decisions`): what the guard decides, per call.
+
+Each case with `calls` becomes one test, `FILE::ID[decisions]`, that replays its calls in
+order through a guarded bank with a fresh guard under the case's level passport, and
+compares per call the tool, the arguments as written, `allow`, the reason codes and what
+executes against a syrupy snapshot. A corpus file's snapshots live in one file beside it,
+`__snapshots__/<stem>.decisions`: syrupy's amber layout (a block per case, sorted by
+name) holding one JSON line per call (sorted keys, no timestamps, every character that is
+not printable escaped, so hostile text can neither break the file nor a terminal).
+
+Syrupy's own unused detection guesses which snapshots a partial run "should" have used
+(by name prefixes and `-k` text), and treats only `.py` files as owners. Here it is exact
+instead: the extension shows syrupy only the snapshots of cases that no longer exist, and
+only for a corpus file that was collected whole and fully selected, in a session without
+collection errors. So a removed case is reported unused (deleted by `--snapshot-update`),
+and a filtered, sharded, interrupted or broken run never deletes or rewrites the snapshot
+of a case it did not run. Other syrupy extensions never see `.decisions` files at all.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from syrupy.data import Snapshot, SnapshotCollection, SnapshotCollections
+from syrupy.exceptions import TaintedSnapshotError
+from syrupy.extensions.amber import AmberDataSerializer, AmberSnapshotExtension
+from syrupy.extensions.amber.serializer import MalformedAmberFile
+from syrupy.location import PyTestLocation
+from syrupy.terminal import disable_color
+
+from pytest_vault.guard.text import shown
+from pytest_vault.plugin.session import vault_of
+
+if TYPE_CHECKING:
+    from syrupy.assertion import SnapshotAssertion
+    from syrupy.types import SerializableData, SnapshotIndex
+
+    from pytest_vault.corpus.model import Case
+    from pytest_vault.guard.passport import Passport
+
+# The last suffix of a snapshot file; also what other syrupy extensions are told to ignore.
+SUFFIX = "decisions"
+
+
+# -- the session's knowledge: which snapshots exist for which corpus file -------------------
+@dataclass
+class CorpusSnapshots:
+    """The decision tests one corpus file collected, and whether all of them were selected."""
+
+    nodeids: set[str] = field(default_factory=set)
+    names: set[str] = field(default_factory=set)  # their snapshot names
+    complete: bool = False
+
+
+@dataclass
+class DecisionState:
+    files: dict[Path, CorpusSnapshots] = field(default_factory=dict)
+    collection_failed: bool = False
+    all_selected: bool = False  # no decision test of the session was deselected
+
+    def orphans(self, corpus: Path, stored: set[str]) -> set[str]:
+        """Snapshots of `corpus` whose case is gone; none unless that is certain."""
+        if self.collection_failed:
+            return set()
+        owner = self.files.get(corpus)
+        if owner is None:  # a corpus file that was removed (or renamed) takes its cases along
+            return stored if self.all_selected and not corpus.exists() else set()
+        return stored - owner.names if owner.complete else set()
+
+
+DECISIONS = pytest.StashKey[DecisionState]()
+
+
+def configure(config: pytest.Config) -> None:
+    """`--vault-decisions`: check syrupy is there, and keep its colours off under --color=no."""
+    if not config.pluginmanager.hasplugin("syrupy"):
+        raise pytest.UsageError(
+            "--vault-decisions needs syrupy (pip install syrupy; and no '-p no:syrupy')"
+        )
+    if config.getoption("color") == "no":
+        config.option.no_colors = True
+    config.stash[DECISIONS] = DecisionState()
+    config.pluginmanager.register(DecisionHooks(config), "vault-decisions")
+
+
+def hide_from_other_extensions(config: pytest.Config) -> None:
+    """Keep `.decisions` files out of every other extension's discovery, in every run: to
+    syrupy's amber default they are unknown files, which it deletes under --snapshot-update.
+    (This module imports nothing heavy: this runs whenever syrupy is installed.)"""
+    ignored = list(config.option.ignore_file_extensions or [])
+    if SUFFIX not in ignored:
+        config.option.ignore_file_extensions = [*ignored, SUFFIX]
+
+
+class DecisionHooks:
+    def __init__(self, config: pytest.Config) -> None:
+        self.state = config.stash[DECISIONS]
+        self.config = config
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            # Cases of a file that failed to load are unknown: nothing may count as unused.
+            self.state.collection_failed = True
+            self.config.option.no_cleanup = True
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        selected = {item.nodeid for item in session.items if isinstance(item, DecisionItem)}
+        for snapshots in self.state.files.values():
+            snapshots.complete = snapshots.nodeids <= selected
+        self.state.all_selected = all(s.complete for s in self.state.files.values())
+
+
+def deselect_levels(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`--vault-level` for decision tests: a deselection syrupy sees as one (a file with no
+    collected test would count as orphaned)."""
+    levels = vault_of(config).options.levels
+
+    def other_level(item: pytest.Item) -> bool:
+        return isinstance(item, DecisionItem) and item.case.level not in levels
+
+    dropped = [item for item in items if other_level(item)]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if not other_level(item)]
+
+
+# -- collection -------------------------------------------------------------------------------
+def collect(parent: pytest.File, entries: list[tuple[int, Case]]) -> Iterator[pytest.Item]:
+    """One decision test per case that has calls, whatever its level (see deselect_levels)."""
+    snapshots = parent.config.stash[DECISIONS].files[parent.path] = CorpusSnapshots()
+    for lineno, case in entries:
+        if not case.calls:
+            continue
+        item = DecisionItem.from_parent(
+            parent,
+            # Ids come from the corpus: shown, so no id is a terminal escape.
+            name=f"{shown(case.id)}[decisions]",
+            callobj=decisions,
+            case=case,
+            lineno=lineno,
+        )
+        snapshots.nodeids.add(item.nodeid)
+        snapshots.names.add(DecisionExtension.get_snapshot_name(test_location=PyTestLocation(item)))
+        yield item
+
+
+class DecisionItem(pytest.Function):
+    """A `pytest.Function` (what syrupy tracks) over the module-level `decisions`."""
+
+    def __init__(self, *, case: Case, lineno: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.case = case
+        self.lineno = lineno
+        technique = case.metadata.get("technique")
+        words = [f"level{case.level}", case.category, case.kind, case.session]
+        if isinstance(technique, str):
+            words.append(technique)
+        self.extra_keyword_matches.update(words)
+
+    def reportinfo(self) -> tuple[Any, int, str]:
+        return self.path, self.lineno - 1, self.name
+
+
+def decisions(snapshot: SnapshotAssertion, request: pytest.FixtureRequest) -> None:
+    """The test of one case: its decisions, call by call, against the snapshot."""
+    item = request.node
+    assert isinstance(item, DecisionItem)
+    passport = vault_of(item.config).levels[item.case.level].passport
+    assertion = snapshot.use_extension(DecisionExtension)
+    matched = assertion == decide(item.case, passport)  # recorded by syrupy, either way
+    if not matched:
+        pytest.fail(explain(item, assertion), pytrace=False)
+
+
+def decide(case: Case, passport: Passport) -> list[dict[str, Any]]:
+    """The case's calls in order through a guarded bank with a fresh guard."""
+    from pytest_vault.harness.bank import Bank
+
+    bank = Bank(passport, "guarded")
+    for call in case.calls:
+        bank.call(call.name, call.arguments)
+    out = []
+    for index, (call, record) in enumerate(zip(case.calls, bank.log, strict=True)):
+        decision = record.decision  # None: a tool the guard does not judge
+        executes = record.transfer if record.executed else None
+        out.append(
+            {
+                "call": index,
+                "tool": call.name,
+                "arguments": call.arguments,  # as written: exact decimals, or the raw text
+                "allow": None if decision is None else decision.allow,
+                "codes": None if decision is None else list(decision.codes),
+                "executes": None if executes is None else executes.to_dict(),
+            }
+        )
+    return out
+
+
+# -- the snapshot text --------------------------------------------------------------------------
+def _escape(char: str) -> str:
+    code = ord(char)
+    if code > 0xFFFF:  # JSON spells an astral character as its surrogate pair
+        code -= 0x10000
+        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+    return f"\\u{code:04x}"
+
+
+def _string(text: str) -> str:
+    """A JSON string, readable, with every non-printable character (bidi overrides, lone
+    surrogates, ...) as its escape: valid UTF-8, exact, and safe to print."""
+    out = json.dumps(text, ensure_ascii=False)
+    return out if out.isprintable() else "".join(c if c.isprintable() else _escape(c) for c in out)
+
+
+def to_json(value: Any) -> str:
+    """Compact JSON with sorted keys; decimals exactly as read (`500.00`, `1E+2`)."""
+    kind = type(value)
+    if value is None:
+        return "null"
+    if kind is bool:
+        return "true" if value else "false"
+    if kind is int or kind is Decimal:
+        return str(value)
+    if kind is str:
+        return _string(value)
+    if kind is list or kind is tuple:
+        return "[" + ", ".join(map(to_json, value)) + "]"
+    if kind is dict:
+        pairs = sorted((str(k), v) for k, v in value.items())
+        return "{" + ", ".join(f"{_string(k)}: {to_json(v)}" for k, v in pairs) + "}"
+    return _string(f"<{kind.__name__}>")  # nothing a corpus line can hold
+
+
+def render(calls: list[dict[str, Any]]) -> str:
+    """A case's snapshot: a JSON array, one call per line (so a diff names the call)."""
+    return "[\n" + ",\n".join(f"  {to_json(call)}" for call in calls) + "\n]"
+
+
+class DecisionFile(AmberDataSerializer):
+    """Amber's file layout; the version marks this format, so a change taints old files."""
+
+    VERSION = "pytest-vault-decisions-1"
+
+    @classmethod
+    def read_file(cls, filepath: str) -> SnapshotCollection:
+        """A file that cannot be read as snapshots is tainted (its tests fail and ask for
+        --snapshot-update, which rewrites it), never an internal error."""
+        try:
+            return super().read_file(filepath)
+        except (MalformedAmberFile, OSError, UnicodeDecodeError):
+            return SnapshotCollection(location=filepath, tainted=True)
+
+
+class DecisionExtension(AmberSnapshotExtension):
+    file_extension = SUFFIX
+    serializer_class = DecisionFile
+
+    def serialize(self, data: SerializableData, **kwargs: Any) -> str:
+        return render(data)
+
+    @classmethod
+    def get_snapshot_name(cls, *, test_location: PyTestLocation, index: SnapshotIndex = 0) -> str:
+        name = super().get_snapshot_name(test_location=test_location, index=index)
+        # The amber reader strips a name's surrounding blanks; ids are shown(), so a
+        # leading space is the only blank one can start with.
+        bare = name.lstrip(" ")
+        return "\\x20" * (len(name) - len(bare)) + bare
+
+    def discover_snapshots(
+        self, *, test_location: PyTestLocation, ignore_extensions: list[str] | None = None
+    ) -> SnapshotCollections:
+        """Only the snapshots of removed cases (see the module docstring): all that syrupy
+        may call unused. The rest of the file stays out of its reach."""
+        found = SnapshotCollections()
+        config = getattr(test_location.item, "config", None)
+        state = None if config is None else config.stash.get(DECISIONS, None)
+        if state is None:
+            return found
+        folder = Path(self.dirname(test_location=test_location))
+        corpus_folder = Path(test_location.filepath).parent
+        for path in sorted(folder.glob(f"*.{SUFFIX}")):
+            stored = self.read_snapshot_collection(snapshot_location=str(path))
+            corpus = corpus_folder / f"{path.stem}.jsonl"
+            orphans = state.orphans(corpus, {s.name for s in stored})
+            if orphans:
+                collection = SnapshotCollection(location=str(path))
+                for name in orphans:
+                    # Syrupy prints these names: a hand-edited file's escape stays text.
+                    collection.add(Snapshot(name=shown(name)))
+                found.add(collection)
+        return found
+
+    def delete_snapshots(self, snapshot_location: str, snapshot_names: set[str]) -> None:
+        stored = self.read_snapshot_collection(snapshot_location=snapshot_location)
+        names = {s.name for s in stored if shown(s.name) in snapshot_names}
+        if names:
+            super().delete_snapshots(snapshot_location=snapshot_location, snapshot_names=names)
+
+
+# -- the failure message --------------------------------------------------------------------------
+def _calls(text: Any) -> list[dict[str, Any]] | None:
+    from pytest_vault.guard.passport import DocumentError, read_json
+
+    if not isinstance(text, str):
+        return None
+    try:
+        value = read_json(text)
+    except DocumentError:
+        return None
+    if isinstance(value, list) and all(isinstance(c, dict) for c in value):
+        return value
+    return None
+
+
+def _decision(call: dict[str, Any]) -> str:
+    allow, codes = call.get("allow"), call.get("codes")
+    if allow is None:
+        return "not judged"
+    listed = (
+        ", ".join(map(shown, codes))
+        if isinstance(codes, list) and all(type(c) is str for c in codes)
+        else to_json(codes)
+    )
+    return f"{'allowed' if allow is True else 'denied'} ({listed})"
+
+
+def _call(call: dict[str, Any]) -> str:
+    tool = call.get("tool")
+    return f"{shown(tool) if type(tool) is str else to_json(tool)} {to_json(call.get('arguments'))}"
+
+
+def changes(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[str]:
+    """One line per call that differs: which call, and its old and new decision."""
+    lines = []
+    for index in range(max(len(old), len(new))):
+        was = old[index] if index < len(old) else None
+        now = new[index] if index < len(new) else None
+        if was == now:
+            continue
+        if was is None:
+            assert now is not None
+            lines.append(f"call {index} {_call(now)}: new call, {_decision(now)}")
+        elif now is None:
+            lines.append(f"call {index} {_call(was)}: no longer made (was {_decision(was)})")
+        elif _call(was) != _call(now):
+            lines.append(
+                f"call {index}: was {_call(was)}, {_decision(was)}; "
+                f"now {_call(now)}, {_decision(now)}"
+            )
+        elif _decision(was) != _decision(now):
+            lines.append(f"call {index} {_call(now)}: {_decision(was)} -> {_decision(now)}")
+        else:
+            executes = f"{to_json(was.get('executes'))} -> {to_json(now.get('executes'))}"
+            lines.append(f"call {index} {_call(now)}: {_decision(now)}, executes {executes}")
+    return lines
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return shown(path.relative_to(root))
+    except ValueError:
+        return shown(path)
+
+
+def explain(item: DecisionItem, assertion: SnapshotAssertion) -> str:
+    config = item.config
+    result = assertion.executions[assertion.num_executions - 1]
+    where = _relative(Path(result.snapshot_location), config.rootpath)
+    passport = vault_of(config).levels[item.case.level].passport_file
+    case = shown(item.case.id)
+    old, new = _calls(result.recalled_data), _calls(result.asserted_data)
+    if result.exception is None and result.recalled_data is None:
+        head = [f"{case}: no decision snapshot in {where}; record it with --snapshot-update"]
+    elif result.exception is None and old is not None and new is not None:
+        lines = changes(old, new)
+        head = [
+            f"{case}: {len(lines)} of {max(len(old), len(new))} calls differ from the snapshot "
+            f"in {where}, "
+            f"under {_relative(passport, config.rootpath)}:",
+            *(f"  {line}" for line in lines),
+            "review, then accept with --snapshot-update",
+        ]
+    elif isinstance(result.exception, TaintedSnapshotError):
+        return (
+            f"{case}: {where} cannot be read as decision snapshots (damaged, or written by "
+            "another version); review it, then rewrite it with --snapshot-update"
+        )
+    elif result.exception is not None:
+        problem = f"{type(result.exception).__name__}: {result.exception}"
+        return f"{case}: cannot compare with {where}: {shown(problem)}"
+    else:  # a hand-edited snapshot that is not a list of calls
+        head = [f"{case}: the snapshot in {where} is not a list of calls"]
+    colours = disable_color() if config.option.no_colors else nullcontext()
+    with colours:
+        diff = assertion.get_assert_diff(diff_mode=config.option.diff_mode)
+    return "\n".join([*head, "", "snapshot diff (- snapshot, + received):", *diff])
