@@ -5,8 +5,11 @@
     vault-report run.parquet --format json [--out tables.json]
     vault-report run.parquet --format csv --out tables/   # one CSV per table
     vault-report run.parquet --html report.html       # one self-contained page
+    vault-report rescore run.parquet --passports DIR [--format json] [--out rescored.parquet]
 
-Also `python -m pytest_vault.report`.
+Also `python -m pytest_vault.report`. `rescore` re-judges the recorded calls under other
+passports (counterfactual: see `rescore.py`); a results file named `rescore` is read
+as `./rescore`.
 """
 
 from __future__ import annotations
@@ -14,13 +17,22 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import NoReturn
 
+from pytest_vault.guard.passport import PassportError
 from pytest_vault.guard.text import shown
+from pytest_vault.harness.levels import load_levels
 from pytest_vault.report.formats import render_text, write_csv
 from pytest_vault.report.html import render
+from pytest_vault.report.rescore import render as render_rescore
+from pytest_vault.report.rescore import rescore, rescored_metadata
+from pytest_vault.report.rescore import result as rescore_result
+from pytest_vault.report.rescore import to_json as rescore_json
 from pytest_vault.report.results import (
     Loaded,
     ReportError,
@@ -57,8 +69,14 @@ def _write(path: Path, text: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["rescore"]:
+        return main_rescore(argv[1:])
     parser = argparse.ArgumentParser(
-        prog="vault-report", description="Tables from pytest-vault results files."
+        prog="vault-report",
+        description="Tables from pytest-vault results files.",
+        epilog="vault-report rescore FILES... --passports DIR: re-judge the recorded calls "
+        "under other passports (vault-report rescore --help)",
     )
     parser.add_argument(
         "files", nargs="+", type=Path, help="results files (.parquet); shards merge"
@@ -95,15 +113,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _run(loaded: Loaded, args: argparse.Namespace) -> None:
-    """Every table (and transfer) first, then the outputs: a bad row writes nothing."""
+def _warnings(loaded: Loaded, prog: str = "vault-report") -> None:
+    """Missing shards; and files that hold re-scored rows, not a run."""
     missing = missing_shards(loaded.metadata)
     if missing:
         print(
-            f"vault-report: warning: shards {', '.join(missing)} are missing: "
+            f"{prog}: warning: shards {', '.join(missing)} are missing: "
             "coverage shows their tests as missing",
             file=sys.stderr,
         )
+    for (name, _rows), meta in zip(loaded.sources, loaded.metadata, strict=True):
+        if meta.get("counterfactual") is True:
+            print(
+                f"{prog}: warning: {name}: counterfactual rows (re-scored under other "
+                "passports by vault-report rescore), not a run",
+                file=sys.stderr,
+            )
+
+
+def _run(loaded: Loaded, args: argparse.Namespace) -> None:
+    """Every table (and transfer) first, then the outputs: a bad row writes nothing."""
+    _warnings(loaded)
     analysis = Analysis(loaded.table, loaded.metadata, Bootstrap(args.resamples, args.seed))
     result = analysis.tables()
     metadata = merged_metadata(loaded.metadata)
@@ -125,6 +155,80 @@ def _run(loaded: Loaded, args: argparse.Namespace) -> None:
         sys.stdout.write(render_text(result))
     if page is not None:
         _write(args.html, page)
+
+
+class _OneLine(argparse.ArgumentParser):
+    """Usage problems as one line, like every other error of this command."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {shown(message)}\n")
+
+
+def main_rescore(argv: Sequence[str]) -> int:
+    parser = _OneLine(
+        prog="vault-report rescore",
+        description="Judge every recorded transfer_funds call again under other passports. "
+        "The output is counterfactual: in guarded rows a different decision could have "
+        "changed what the model did next.",
+    )
+    parser.add_argument(
+        "files", nargs="+", type=Path, help="results files (.parquet); shards merge"
+    )
+    parser.add_argument(
+        "--passports",
+        type=Path,
+        metavar="DIR",
+        help="folder with levels.toml and level-N.json, as --vault-passports (required)",
+    )
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        metavar="FILE.parquet",
+        help="also write the re-scored rows (a results file marked counterfactual)",
+    )
+    parser.add_argument(
+        "--resamples",
+        type=_whole(1, 100_000),
+        default=RESAMPLES,
+        help=f"bootstrap resamples (default {RESAMPLES})",
+    )
+    parser.add_argument(
+        "--seed", type=_whole(0, 2**64 - 1), default=SEED, help=f"bootstrap seed (default {SEED})"
+    )
+    args = parser.parse_args(argv)
+    if args.passports is None:
+        parser.error("--passports DIR is required: the passports to judge the calls under")
+    now = datetime.now(UTC)  # the guard's one fixed instant
+    loaded: Loaded | None = None
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            levels = load_levels(args.passports)
+        for warning in caught:
+            print(f"vault-report rescore: warning: {shown(warning.message)}", file=sys.stderr)
+        loaded = load(args.files)
+        _warnings(loaded, "vault-report rescore")
+        rescored = rescore(loaded.table, levels, now, logs=args.out is not None)
+        out = rescore_result(
+            rescored, loaded.metadata, levels, now, Bootstrap(args.resamples, args.seed)
+        )
+        if args.out is not None:
+            with _writing(args.out):
+                write_table(
+                    rescored.table, args.out, rescored_metadata(loaded.metadata, levels, now)
+                )
+    except (PassportError, ReportError) as exc:
+        print(f"vault-report rescore: error: {exc}", file=sys.stderr)
+        return 2
+    except ResultsError as exc:
+        where = "" if loaded is None or exc.row is None else f"{loaded.where(exc.row)}: "
+        print(f"vault-report rescore: error: {where}{exc}", file=sys.stderr)
+        return 2
+    if args.format == "json":
+        sys.stdout.write(rescore_json(out))
+    else:
+        sys.stdout.write(render_rescore(out))
+    return 0
 
 
 if __name__ == "__main__":
