@@ -89,6 +89,10 @@ ALL = {
 @pytest.fixture(autouse=True)
 def only_named_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    # Under `pytest tests -n 2` this test runs in an xdist worker, whose variables would
+    # make syrupy inside the inner run think it is a worker too.
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)
 
 
 def write_corpus(pytester: pytest.Pytester, bank: list[str] = BANK) -> None:
