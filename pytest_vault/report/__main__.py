@@ -44,6 +44,18 @@ from pytest_vault.report.results import (
 from pytest_vault.report.tables import RESAMPLES, SEED, Analysis, Bootstrap, merged_metadata
 
 
+def _bootstrap_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--resamples",
+        type=_whole(1, 100_000),
+        default=RESAMPLES,
+        help=f"bootstrap resamples (default {RESAMPLES})",
+    )
+    parser.add_argument(
+        "--seed", type=_whole(0, 2**64 - 1), default=SEED, help=f"bootstrap seed (default {SEED})"
+    )
+
+
 def _whole(low: int, high: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         if not (text.isascii() and text.isdigit() and low <= int(text) <= high):
@@ -87,15 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--merge-to", type=Path, help="also write the merged rows to this results file"
     )
-    parser.add_argument(
-        "--resamples",
-        type=_whole(1, 100_000),
-        default=RESAMPLES,
-        help=f"bootstrap resamples (default {RESAMPLES})",
-    )
-    parser.add_argument(
-        "--seed", type=_whole(0, 2**64 - 1), default=SEED, help=f"bootstrap seed (default {SEED})"
-    )
+    _bootstrap_options(parser)
     args = parser.parse_args(argv)
     if args.format == "csv" and args.out is None:
         parser.error("--format csv needs --out FOLDER")
@@ -187,15 +191,7 @@ def main_rescore(argv: Sequence[str]) -> int:
         metavar="FILE.parquet",
         help="also write the re-scored rows (a results file marked counterfactual)",
     )
-    parser.add_argument(
-        "--resamples",
-        type=_whole(1, 100_000),
-        default=RESAMPLES,
-        help=f"bootstrap resamples (default {RESAMPLES})",
-    )
-    parser.add_argument(
-        "--seed", type=_whole(0, 2**64 - 1), default=SEED, help=f"bootstrap seed (default {SEED})"
-    )
+    _bootstrap_options(parser)
     args = parser.parse_args(argv)
     if args.passports is None:
         parser.error("--passports DIR is required: the passports to judge the calls under")
