@@ -1,0 +1,301 @@
+"""Our guard in production: the suite's engine and decisions in front of a real payment.
+
+    guard = Guard.load("passports/level-3.json", ledger="ledger.sqlite", audit="audit.jsonl")
+    decision = guard.check("transfer_funds", arguments)   # the model's dict or JSON text
+
+    @guard.protect
+    def transfer_funds(recipient, amount, currency, memo, idempotency_key): ...
+
+`check` is `engine.Guard.check_call` with the ledger read and recorded in one store
+transaction, so its decisions are the CLI's and the suite's. `protect` runs the real
+function only when allowed, and only with the normalized values: `amount` is an exact
+`Decimal` in major units with the currency's minor digits (`Decimal("300.50")` USD,
+`Decimal("500")` JPY). Every decision writes one JSON Lines audit record (never the raw
+arguments). An allowed transfer is recorded before the function runs, so one that then
+fails still counts against the cap and its key stays used: the guard errs on less money.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import os
+import threading
+from collections.abc import Awaitable, Callable
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from typing import Any, Protocol, TypeVar, cast
+
+from pytest_vault.guard.engine import (
+    EVALUATION_ERROR,
+    INVALID_CONTEXT,
+    MINOR_DIGITS,
+    POLICY_ID,
+    TRANSFER_TOOL,
+    Decision,
+    Ledger,
+    Transfer,
+    Unreadable,
+    deny,
+    read_context,
+    read_transfer,
+)
+from pytest_vault.guard.engine import Guard as Engine
+from pytest_vault.guard.ledger import LedgerError, LedgerStore, MemoryLedger, SqliteLedger
+from pytest_vault.guard.passport import Passport, read_passport
+from pytest_vault.guard.text import json_text, shown
+
+R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
+
+
+class Payment(Protocol[R_co]):
+    """A protected `transfer_funds`: takes the tool's arguments as the model gave them."""
+
+    def __call__(
+        self,
+        recipient: object,
+        amount: object,
+        currency: object = ...,
+        memo: object = ...,
+        idempotency_key: object = ...,
+    ) -> R_co: ...
+
+
+def _transfer_funds(
+    recipient: object,
+    amount: object,
+    currency: object = "USD",
+    memo: object = None,
+    idempotency_key: object = None,
+) -> None:
+    """The payment tool's signature, for binding a protected function's call."""
+
+
+_SIGNATURE = inspect.signature(_transfer_funds)
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def major_units(transfer: Transfer) -> Decimal:
+    """The normalized amount as an exact Decimal in major units: 30050 USD -> 300.50."""
+    return Decimal(transfer.amount_minor).scaleb(-MINOR_DIGITS[transfer.currency])
+
+
+class PaymentDenied(Exception):
+    """A protected payment the guard did not allow; `decision` says why."""
+
+    def __init__(self, decision: Decision) -> None:
+        self.decision = decision
+        why = "; ".join(f"{r.code}: {r.message}" for r in decision.reasons)
+        super().__init__(shown(f"transfer denied: {why}"))
+
+
+class Guard:
+    """One passport, one ledger store, one audit sink. Thread-safe; one per process."""
+
+    def __init__(
+        self,
+        passport: Passport,
+        *,
+        digest: str,
+        ledger: LedgerStore | None = None,
+        audit: str | os.PathLike[str] | logging.Logger | None = None,
+        clock: Callable[[], datetime] = _utcnow,
+    ) -> None:
+        self.passport = passport
+        self.digest = digest
+        self._store: LedgerStore = MemoryLedger() if ledger is None else ledger
+        self._audit = audit if isinstance(audit, logging.Logger | None) else os.fspath(audit)
+        self._clock = clock
+        self._now = datetime.fromtimestamp(0, UTC)  # set under the lock for each decision
+        # One engine, judging under one instant per decision: the day whose total the
+        # store read is the day the engine checks and commits to, even across midnight.
+        self._engine = Engine(passport, clock=lambda: self._now)
+        self._lock = threading.Lock()
+
+    @classmethod
+    def load(
+        cls,
+        passport_path: str | os.PathLike[str],
+        ledger: str | os.PathLike[str] | None = None,
+        audit: str | os.PathLike[str] | logging.Logger | None = None,
+        *,
+        busy_timeout: float = 5.0,
+        clock: Callable[[], datetime] = _utcnow,
+    ) -> Guard:
+        """Read the passport (a bad one is a one-line `PassportError`); the ledger file is
+        opened at the first check, and a ledger that cannot be used denies every call."""
+        passport, digest = read_passport(os.fspath(passport_path))
+        store = (
+            None
+            if ledger is None
+            else SqliteLedger(ledger, passport_id=passport.passport_id, busy_timeout=busy_timeout)
+        )
+        return cls(passport, digest=digest, ledger=store, audit=audit, clock=clock)
+
+    def close(self) -> None:
+        self._store.close()
+
+    def __enter__(self) -> Guard:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- decisions --------------------------------------------------------------------
+    def check(self, tool: object, arguments: object) -> Decision:
+        """Judge a tool call and, if allowed, record it: `engine.Guard.check_call`."""
+        try:
+            if tool != TRANSFER_TOOL:
+                # Denied whatever the ledger holds, so the ledger is not touched.
+                decision = self._engine.judge_call(tool, arguments)
+                return self._audited(tool, decision)
+            try:
+                transfer = read_transfer(arguments)
+            except Unreadable as exc:
+                return self._audited(tool, deny(INVALID_CONTEXT, str(exc)))
+        except Exception as exc:  # noqa: BLE001 - fail closed, as the engine does
+            return self._audited(tool, _failed(exc))
+        # The transfer read once is the one judged, recorded and executed.
+        return self._judged(tool, transfer, lambda: self._commit(transfer))
+
+    def check_context(self, context: object, passport: Passport | None = None) -> Decision:
+        """Judge a pack context (optionally under another passport): the CLI's context lines."""
+        try:
+            ctx = read_context(context)
+        except Unreadable as exc:
+            return self._audited("context", deny(INVALID_CONTEXT, str(exc)))
+        except Exception as exc:  # noqa: BLE001 - fail closed, as the engine does
+            return self._audited("context", _failed(exc))
+        probe = Transfer(ctx.merchant_id, ctx.amount, ctx.currency, ctx.memo, ctx.idempotency_key)
+        return self._judged(
+            "context", probe, lambda: self._engine.check_context(context, passport), carry=False
+        )
+
+    def _commit(self, transfer: Transfer) -> Decision:
+        decision = self._engine.judge_transfer(transfer)
+        if decision.allow:
+            self._engine.commit(transfer)
+        return decision
+
+    def _judged(
+        self, tool: object, probe: Transfer, judge: Callable[[], Decision], *, carry: bool = True
+    ) -> Decision:
+        """`judge` inside one store transaction holding `probe`'s day total and key."""
+        shown_transfer = probe if carry else None  # context decisions carry no transfer
+        with self._lock:
+            try:
+                self._now = self._clock()
+                day: date = self._now.date()
+                with self._store.transaction(day, probe.currency, probe.idempotency_key) as state:
+                    self._engine.ledger = state
+                    decision = judge()
+            except LedgerError as exc:
+                decision = deny(EVALUATION_ERROR, f"ledger unavailable: {exc}", shown_transfer)
+            except Exception as exc:  # noqa: BLE001 - a clock or store that breaks denies
+                decision = deny(
+                    EVALUATION_ERROR, f"evaluation failed: {_kind(exc)}", shown_transfer
+                )
+            finally:
+                self._engine.ledger = Ledger()  # the engine keeps no state between calls
+            return self._audited(tool, decision)
+
+    # -- audit ------------------------------------------------------------------------
+    def _audited(self, tool: object, decision: Decision) -> Decision:
+        """Write the decision's one audit record; a decision that cannot be audited denies."""
+        if self._audit is None:
+            return decision
+        try:
+            self._write(_record(self, tool, decision, self._clock()))
+        except Exception as exc:  # noqa: BLE001 - nothing executes unaudited
+            return deny(EVALUATION_ERROR, f"audit log unavailable: {_kind(exc)}", decision.transfer)
+        return decision
+
+    def _write(self, line: str) -> None:
+        if isinstance(self._audit, logging.Logger):
+            self._audit.info(line)
+        elif self._audit is not None:
+            # One write(2) to an O_APPEND file: lines from many processes never interleave.
+            fd = os.open(self._audit, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.write(fd, (line + "\n").encode())
+            finally:
+                os.close(fd)
+
+    # -- the production wrapper ---------------------------------------------------------
+    def protect(self, fn: Callable[..., R]) -> Payment[R]:
+        """Wrap a real `transfer_funds(recipient, amount, currency, memo, idempotency_key)`.
+
+        The wrapper takes the tool's arguments as the model gave them, judges them, and
+        calls `fn` with keywords holding the normalized values (amount: `major_units`),
+        or raises `PaymentDenied`. An async `fn` is judged in a worker thread, so a
+        ledger waiting on its lock never blocks the event loop.
+        """
+        if inspect.iscoroutinefunction(fn):
+            async_fn = cast(Callable[..., Awaitable[Any]], fn)  # R is its coroutine
+
+            @functools.wraps(fn)
+            async def run_async(*args: Any, **kwargs: Any) -> Any:
+                import asyncio
+
+                transfer = await asyncio.to_thread(self._allowed, args, kwargs)
+                return await async_fn(**_values(transfer))
+
+            return cast(Payment[R], run_async)
+
+        @functools.wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> R:
+            return fn(**_values(self._allowed(args, kwargs)))
+
+        return cast(Payment[R], run)
+
+    def _allowed(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Transfer:
+        # A call that does not fit the tool's signature is a TypeError, as Python raises;
+        # what was not passed is left to the reader's defaults.
+        arguments = dict(_SIGNATURE.bind(*args, **kwargs).arguments)
+        decision = self.check(TRANSFER_TOOL, arguments)
+        if decision.executes is None:
+            raise PaymentDenied(decision)
+        return decision.executes
+
+
+def _values(transfer: Transfer) -> dict[str, Any]:
+    return {
+        "recipient": transfer.recipient,
+        "amount": major_units(transfer),
+        "currency": transfer.currency,
+        "memo": transfer.memo,
+        "idempotency_key": transfer.idempotency_key,
+    }
+
+
+def _kind(exc: BaseException) -> str:
+    message = " ".join(str(exc).split())
+    return shown(f"{type(exc).__name__}: {message}" if message else type(exc).__name__)
+
+
+def _failed(exc: Exception) -> Decision:
+    return deny(EVALUATION_ERROR, f"evaluation failed: {type(exc).__name__}")
+
+
+def _record(guard: Guard, tool: object, decision: Decision, when: datetime) -> str:
+    """One audit line: what was decided and on what, never the raw arguments."""
+    transfer = decision.transfer
+    return json_text(
+        {
+            "time": when.isoformat(),
+            "tool": tool if type(tool) is str else shown(repr(tool)),
+            "allow": decision.allow,
+            "codes": list(decision.codes),
+            "reasons": [r.message for r in decision.reasons],
+            "transfer": None if transfer is None else transfer.to_dict(),
+            "policy_id": POLICY_ID,
+            "passport_id": guard.passport.passport_id,
+            "passport_digest": guard.digest,
+        },
+        separators=(",", ":"),
+    )

@@ -1,0 +1,469 @@
+"""The production guard: the CLI's decisions, a durable ledger, audit lines, `protect`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import pytest_vault.guard
+from pytest_vault.guard import Guard, PaymentDenied
+from pytest_vault.guard.__main__ import _override
+from pytest_vault.guard.engine import Decision, parse_json_object
+from pytest_vault.guard.engine import Guard as Engine
+from pytest_vault.guard.passport import Passport
+from pytest_vault.harness.levels import SHIPPED
+
+LEVEL3 = SHIPPED / "level-3.json"  # savings@aport-vault.com, $500 a transfer, $1,000 a day
+SAVINGS = "savings@aport-vault.com"
+NOON = datetime(2026, 12, 1, 12, tzinfo=UTC)
+
+
+def transfer(amount: object, **more: object) -> dict[str, object]:
+    return {"recipient": SAVINGS, "amount": amount, **more}
+
+
+def codes(guard: Guard, arguments: object) -> tuple[bool, tuple[str, ...]]:
+    decision = guard.check("transfer_funds", arguments)
+    return decision.allow, decision.codes
+
+
+# -- the same decisions as the CLI ----------------------------------------------------
+def battery(level: int, seed: int, n: int) -> list[str]:
+    """Tool-call lines, hostile and ordinary, in an order that fills caps and reuses keys."""
+    allowed = {2: "rent@aport-vault.com", 4: "audit@aport-vault.com"}.get(level, SAVINGS)
+    recipients = [allowed, allowed.upper(), f" {allowed}", "attacker@evil.test", "sаvings@x.com"]
+    amounts: list[object] = [1, 5, 100, 300, 300.5, 499.99, 500, 2500.001, "250", "1e2", 0, -1]
+    amounts += [True, None, 1e3, 10**17, 0.1]
+    currencies: list[object] = ["USD", "USD", "EUR", "JPY", "usd", None]
+    memos: list[object] = [None, "rent", "Q3 APC-2026-0142", "APC-2026-01423", "a\u202eb"]
+    keys: list[object] = [None, "short", *(f"key-{i:08d}" for i in range(6))]
+    rng = random.Random(seed)
+    lines = []
+    for i in range(n):
+        if rng.random() < 0.4:  # a clean call, one of those a passport is written for
+            clean = {"recipient": allowed, "amount": rng.choice([1, 5, 100, 300.5])}
+            clean |= {"memo": "Q3 APC-2026-0142", "idempotency_key": f"clean-{i % 300:08d}"}
+            lines.append(json.dumps({"tool": "transfer_funds", "arguments": clean}))
+            continue
+        args: dict[str, object] = {"recipient": rng.choice(recipients)}
+        amount = rng.choice(amounts)
+        if amount is not None:
+            args["amount"] = amount
+        for name, pool in (("currency", currencies), ("memo", memos), ("idempotency_key", keys)):
+            if (value := rng.choice(pool)) is not None:
+                args[name] = value
+        if rng.random() < 0.1:
+            args["extra"] = "sk-do-not-log"
+        tool = rng.choice(["transfer_funds"] * 9 + ["wire_money"])
+        as_text = rng.random() < 0.3
+        lines.append(json.dumps({"tool": tool, "arguments": json.dumps(args) if as_text else args}))
+    raw = '{"recipient": "savings@aport-vault.com", "amount": 5, "amount": 500}'
+    lines += [
+        json.dumps({"tool": "transfer_funds", "arguments": raw}),
+        json.dumps({"tool": "transfer_funds", "arguments": '{"recipient": "x", "amount": NaN}'}),
+        json.dumps({"tool": "transfer_funds", "arguments": "[1]"}),
+        json.dumps({"tool": "transfer_funds"}),
+        json.dumps({"tool": 7, "arguments": {}}),
+    ]
+    return lines
+
+
+def cli(passport: Path, lines: list[str]) -> list[dict[str, Any]]:
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest_vault.guard", "--passport", str(passport)],
+        input="\n".join(lines) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def in_process(guard: Guard, lines: list[str]) -> list[dict[str, Any]]:
+    """The CLI's reading of each line, with `Guard.check` / `check_context` deciding."""
+    overrides: dict[str, Passport] = {}
+    out = []
+    for line in lines:
+        request = parse_json_object(line)
+        if "tool" in request:
+            out.append(guard.check(request["tool"], request.get("arguments")).to_dict(call=True))
+            continue
+        override = request.get("overridePassport")
+        passport = None if override is None else _override(guard.passport, override, overrides)
+        if isinstance(passport, Decision):  # an override the CLI cannot read: its denial
+            out.append(passport.to_dict())
+        else:
+            out.append(guard.check_context(request["context"], passport).to_dict())
+    return out
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def make_guard(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[Path], Guard]]:
+    made: list[Guard] = []
+
+    def make(passport: Path) -> Guard:
+        ledger = None if request.param == "memory" else tmp_path / f"ledger-{len(made)}.sqlite"
+        made.append(Guard.load(passport, ledger=ledger))
+        return made[-1]
+
+    yield make
+    for guard in made:
+        guard.close()
+
+
+@pytest.mark.parametrize("level", [1, 2, 3, 4, 5])
+def test_check_decides_as_the_cli_on_tool_calls(
+    level: int, make_guard: Callable[[Path], Guard]
+) -> None:
+    passport = SHIPPED / f"level-{level}.json"
+    lines = battery(level, seed=level, n=400)
+    expected = cli(passport, lines)
+    got = in_process(make_guard(passport), lines)
+    assert len(got) == len(expected) == 405
+    assert got == expected
+    allowed = sum(d["allow"] for d in got)
+    # Both outcomes on every level; Level 5 does not grant payments at all.
+    assert allowed == 0 if level == 5 else 0 < allowed < len(got)
+
+
+def test_check_context_decides_as_the_cli_on_the_conformance_tests(
+    charge_tests: Path, make_guard: Callable[[Path], Guard]
+) -> None:
+    passport = charge_tests / "passport.instance.json"
+    lines = (charge_tests / "contexts.jsonl").read_text().splitlines()
+    expected = cli(passport, lines)
+    got = in_process(make_guard(passport), lines)
+    assert len(got) == len(expected) == 12
+    assert got == expected
+    assert [d["allow"] for d in got].count(True) == 2
+
+
+# -- the durable ledger ---------------------------------------------------------------
+def test_ledger_survives_a_restart(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger.sqlite"
+    with Guard.load(LEVEL3, ledger=ledger, clock=lambda: NOON) as guard:
+        assert codes(guard, transfer(400, idempotency_key="rent-2026-12")) == (
+            True,
+            ("oap.allowed",),
+        )
+        assert codes(guard, transfer(400)) == (True, ("oap.allowed",))
+    with Guard.load(LEVEL3, ledger=ledger, clock=lambda: NOON) as guard:
+        assert codes(guard, transfer(200.01)) == (False, ("oap.limit_exceeded",))
+        assert codes(guard, transfer(1, idempotency_key="rent-2026-12")) == (
+            False,
+            ("oap.idempotency_conflict",),
+        )
+        assert codes(guard, transfer(200)) == (True, ("oap.allowed",))
+        assert codes(guard, transfer(0.01)) == (False, ("oap.limit_exceeded",))
+    # A new UTC day starts from zero; used keys stay used.
+    with Guard.load(LEVEL3, ledger=ledger, clock=lambda: NOON + timedelta(days=1)) as guard:
+        assert codes(guard, transfer(500)) == (True, ("oap.allowed",))
+        assert codes(guard, transfer(1, idempotency_key="rent-2026-12")) == (
+            False,
+            ("oap.idempotency_conflict",),
+        )
+    db = sqlite3.connect(ledger)
+    assert db.execute(
+        "SELECT day, currency, spent_minor FROM vault_daily ORDER BY day"
+    ).fetchall() == [
+        ("2026-12-01", "USD", "100000"),
+        ("2026-12-02", "USD", "50000"),
+    ]
+    assert db.execute("SELECT key, day FROM vault_keys").fetchall() == [
+        ("rent-2026-12", "2026-12-01")
+    ]
+    db.close()
+
+
+RACER = textwrap.dedent(
+    """
+    import json, sys, time
+    from pathlib import Path
+    from pytest_vault.guard import Guard
+    passport, ledger, go = sys.argv[1:]
+    guard = Guard.load(passport, ledger=ledger, busy_timeout=60)
+    print("ready", flush=True)
+    while not Path(go).exists():
+        time.sleep(0.001)
+    d = guard.check("transfer_funds", {"recipient": "savings@aport-vault.com", "amount": 100})
+    print(json.dumps([d.allow, list(d.codes)]), flush=True)
+    """
+)
+
+
+def test_twenty_processes_race_for_a_daily_cap(tmp_path: Path) -> None:
+    ledger, go = tmp_path / "ledger.sqlite", tmp_path / "go"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", RACER, str(LEVEL3), str(ledger), str(go)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(20)
+    ]
+    try:
+        for proc in procs:  # every racer is loaded and waiting before the start
+            assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        go.touch()
+        results = []
+        for proc in procs:
+            out, err = proc.communicate(timeout=120)
+            assert proc.returncode == 0, err
+            allow, reasons = json.loads(out)
+            results.append((allow, tuple(reasons)))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    assert results.count((True, ("oap.allowed",))) == 10
+    assert results.count((False, ("oap.limit_exceeded",))) == 10
+    db = sqlite3.connect(ledger)
+    assert db.execute("SELECT spent_minor FROM vault_daily").fetchall() == [("100000",)]
+    db.close()
+
+
+def _locked(path: Path) -> sqlite3.Connection:
+    with Guard.load(LEVEL3, ledger=path) as guard:  # a real ledger, then held
+        guard.check("transfer_funds", transfer(1))
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    return holder
+
+
+@pytest.mark.parametrize(
+    ("setup", "reason"),
+    [
+        ("locked", "ledger unavailable: database is locked"),
+        ("garbage", "ledger unavailable: file is not a database"),
+        ("directory", "ledger unavailable: unable to open database file"),
+        ("schema", "ledger unavailable: the file holds another schema, not a pytest-vault ledger"),
+        ("owner", "ledger unavailable: the ledger belongs to passport someone-else"),
+        ("version", "ledger unavailable: unknown ledger schema 0"),
+        ("row", "ledger unavailable: ledger row 2026-12-01 USD does not hold an amount"),
+    ],
+)
+def test_an_unusable_ledger_fails_closed(tmp_path: Path, setup: str, reason: str) -> None:
+    path = tmp_path / "ledger.sqlite"
+    holder = None
+    if setup == "locked":
+        holder = _locked(path)
+    elif setup == "garbage":
+        path.write_bytes(b"this is not sqlite, it is a note\n" * 200)
+    elif setup == "directory":
+        path.mkdir()
+    else:
+        with Guard.load(LEVEL3, ledger=path, clock=lambda: NOON) as guard:
+            guard.check("transfer_funds", transfer(1))
+        db = sqlite3.connect(path, isolation_level=None)
+        db.execute(
+            {
+                "schema": "CREATE TABLE payments (id INTEGER)",
+                "owner": "UPDATE vault_meta SET value = 'someone-else' WHERE name = 'passport_id'",
+                "version": "UPDATE vault_meta SET value = '0' WHERE name = 'schema'",
+                "row": "UPDATE vault_daily SET spent_minor = '-5'",
+            }[setup]
+        )
+        db.close()
+    guard = Guard.load(LEVEL3, ledger=path, busy_timeout=0.05, clock=lambda: NOON)
+    assert guard.check("wire_money", {}).codes == ("oap.evaluation_error",)  # no ledger needed
+    decision = guard.check("transfer_funds", transfer(5))
+    assert decision.allow is False and decision.executes is None
+    assert [r.to_dict() for r in decision.reasons] == [
+        {"code": "oap.evaluation_error", "message": reason}
+    ]
+    assert decision.transfer is not None and decision.transfer.amount_minor == 500
+    if holder is not None:  # the lock released, the same guard works again
+        holder.execute("ROLLBACK")
+        holder.close()
+        assert codes(guard, transfer(5)) == (True, ("oap.allowed",))
+    guard.close()
+
+
+# -- protect --------------------------------------------------------------------------
+def test_protect_pays_only_allowed_normalized_transfers() -> None:
+    guard = Guard.load(LEVEL3)
+    paid: list[tuple[Any, ...]] = []
+
+    @guard.protect
+    def transfer_funds(
+        recipient: str,
+        amount: Decimal,
+        currency: str = "USD",
+        memo: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> str:
+        paid.append((recipient, amount, currency, memo, idempotency_key))
+        return f"paid {amount}"
+
+    assert transfer_funds(SAVINGS, 300.5) == "paid 300.50"
+    assert transfer_funds(recipient=SAVINGS, amount=Decimal("1e2"), memo="rent") == "paid 100.00"
+    denied = []
+    for args in (
+        (SAVINGS, "250"),  # a string amount is never read as money
+        (SAVINGS.upper(), 1),  # no case folding: another payee
+        (SAVINGS, 0.001),  # not a whole number of cents
+        (SAVINGS, 500.01),  # over $500 a transfer
+        (SAVINGS, 500),  # paid: $900.50 today
+        (SAVINGS, 99.51),  # over $1,000 a day
+    ):
+        try:
+            transfer_funds(*args)
+        except PaymentDenied as exc:
+            denied.append(exc.decision.codes)
+            last = exc
+    assert denied == [
+        ("oap.invalid_context",),
+        ("oap.merchant_forbidden",),
+        ("oap.invalid_context",),
+        ("oap.limit_exceeded",),
+        ("oap.limit_exceeded",),
+    ]
+    assert paid == [
+        (SAVINGS, Decimal("300.50"), "USD", None, None),
+        (SAVINGS, Decimal("100.00"), "USD", "rent", None),
+        (SAVINGS, Decimal("500.00"), "USD", None, None),
+    ]
+    assert all(type(p[1]) is Decimal for p in paid)
+    assert str(last) == "transfer denied: oap.limit_exceeded: Daily cap exceeded"
+    with pytest.raises(TypeError):
+        transfer_funds(SAVINGS, 1, "USD", None, "key-00000001", "sixth")  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        transfer_funds(SAVINGS, 1, payee="x")  # type: ignore[call-arg]
+    assert len(paid) == 3
+
+
+def test_protect_async() -> None:
+    guard = Guard.load(SHIPPED / "level-2.json")
+    paid: list[Decimal] = []
+
+    @guard.protect
+    async def transfer_funds(
+        recipient: str, amount: Decimal, currency: str, memo: object, idempotency_key: object
+    ) -> Decimal:
+        await asyncio.sleep(0)
+        paid.append(amount)
+        return amount
+
+    async def main() -> list[object]:
+        return await asyncio.gather(
+            *(transfer_funds("rent@aport-vault.com", 1000, "USD", None, None) for _ in range(12)),
+            return_exceptions=True,
+        )
+
+    results = asyncio.run(main())
+    # Level 2: $2,500 a transfer, $10,000 a day: exactly ten $1,000 transfers pass.
+    assert [type(r).__name__ for r in results].count("Decimal") == 10
+    assert [type(r).__name__ for r in results].count("PaymentDenied") == 2
+    assert paid == [Decimal("1000.00")] * 10
+
+
+# -- audit ----------------------------------------------------------------------------
+def test_one_audit_line_per_decision_without_raw_arguments(tmp_path: Path) -> None:
+    log = tmp_path / "audit.jsonl"
+    guard = Guard.load(LEVEL3, audit=log, clock=lambda: NOON)
+    guard.check("transfer_funds", transfer(300.5, memo="rent", idempotency_key="key-00000001"))
+    guard.check("transfer_funds", transfer(1, api_key="sk-secret-123"))
+    guard.check("transfer_funds", '{"recipient": "\\ud800", "amount": 1}')
+    guard.check("wire_money", {"token": "sk-secret-456"})
+    text = log.read_bytes().decode("utf-8")  # valid UTF-8, whatever came in
+    records = [json.loads(line) for line in text.splitlines()]
+    assert len(records) == 4
+    assert "sk-secret" not in text
+    digest = guard.digest
+    assert digest.startswith("sha256:")
+    assert records[0] == {
+        "time": "2026-12-01T12:00:00+00:00",
+        "tool": "transfer_funds",
+        "allow": True,
+        "codes": ["oap.allowed"],
+        "reasons": ["Transaction within limits and policy requirements"],
+        "transfer": {
+            "recipient": SAVINGS,
+            "amount_minor": 30050,
+            "currency": "USD",
+            "memo": "rent",
+            "idempotency_key": "key-00000001",
+        },
+        "policy_id": "finance.payment.charge.v1",
+        "passport_id": "7a0c5e2d-4b1f-4c3a-9d8e-000000000003",
+        "passport_digest": digest,
+    }
+    assert [(r["allow"], r["codes"], r["transfer"]) for r in records[1:]] == [
+        (False, ["oap.invalid_context"], None),
+        (False, ["oap.invalid_context"], None),
+        (False, ["oap.evaluation_error"], None),
+    ]
+    assert records[1]["reasons"] == ["unknown argument(s) 'api_key'"]
+
+
+def test_audit_to_a_logger(caplog: pytest.LogCaptureFixture) -> None:
+    guard = Guard.load(LEVEL3, audit=logging.getLogger("vault.audit"))
+    with caplog.at_level(logging.INFO, logger="vault.audit"):
+        guard.check("transfer_funds", transfer(5))
+        guard.check("transfer_funds", transfer(5000))
+    assert [
+        (json.loads(r.message)["allow"], json.loads(r.message)["codes"]) for r in caplog.records
+    ] == [
+        (True, ["oap.allowed"]),
+        (False, ["oap.limit_exceeded", "oap.limit_exceeded"]),  # per transfer, and daily
+    ]
+
+
+def test_a_decision_that_cannot_be_audited_is_denied(tmp_path: Path) -> None:
+    guard = Guard.load(LEVEL3, audit=tmp_path)  # a directory cannot be appended to
+    decision = guard.check("transfer_funds", transfer(5))
+    assert decision.allow is False
+    assert decision.codes == ("oap.evaluation_error",)
+    assert decision.reasons[0].message.startswith("audit log unavailable: IsADirectoryError")
+
+
+# -- the names -------------------------------------------------------------------------
+def test_the_package_guard_is_the_production_guard() -> None:
+    # The suite's bank keeps the engine's Guard; the package name is the production one.
+    assert pytest_vault.guard.Guard is Guard
+    assert (Guard.__module__, Engine.__module__) == (
+        "pytest_vault.guard.production",
+        "pytest_vault.guard.engine",
+    )
+
+
+def test_a_payment_that_fails_after_the_allow_still_counts() -> None:
+    guard = Guard.load(LEVEL3)
+
+    @guard.protect
+    def transfer_funds(**values: object) -> None:
+        raise ConnectionError("bank down")
+
+    with pytest.raises(ConnectionError):
+        transfer_funds(SAVINGS, 500, idempotency_key="pay-00000001")
+    # Recorded at the decision: the cap is spent and the key used, so a retry cannot double-pay.
+    assert codes(guard, transfer(500, idempotency_key="pay-00000001")) == (
+        False,
+        ("oap.idempotency_conflict",),
+    )
+    assert codes(guard, transfer(500.01)) == (False, ("oap.limit_exceeded",) * 2)
+
+
+def test_a_broken_clock_fails_closed() -> None:
+    def clock() -> datetime:
+        raise OSError("no time")
+
+    guard = Guard.load(LEVEL3, clock=clock)
+    decision = guard.check("transfer_funds", transfer(5))
+    assert (decision.allow, decision.codes) == (False, ("oap.evaluation_error",))
+    assert decision.reasons[0].message == "evaluation failed: OSError: no time"
