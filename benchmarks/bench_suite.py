@@ -5,12 +5,15 @@
 Both run in the same session as subprocesses, each at a small and a large size; the
 cost per test is the slope between the two, so start-up (interpreter, plugins,
 passports) is reported apart. Target (issue 3): vault slope <= 1.5x the bare slope.
+Also reported: an `agent:` spec (examples/plain_agent.py, a sync agent in the thread
+pool, scripted like `scripted:obedient`) per test, next to the built-in controls.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -20,6 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 CONTROLS = 5  # the default models: five controls
 PER_CASE = CONTROLS * 2 * 2  # x tracks x architectures
+AGENT = "agent:plain_agent:make"
+AGENT_PER_CASE = 2 * 2  # one agent spec x tracks x architectures
 COMMON = ["-q", "-p", "no:cacheprovider", "-p", "no:randomly"]
 
 
@@ -72,14 +77,21 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
+        shutil.copy(ROOT / "examples" / "plain_agent.py", folder / "plain_agent.py")
         n_small, n_large = args.small * PER_CASE, args.large * PER_CASE
         points = {}
         for name, make in (
-            ("vault", lambda n: corpus(n // PER_CASE, folder)),
-            ("bare", lambda n: bare(n, folder)),
+            ("vault", lambda n: [str(corpus(n // PER_CASE, folder))]),
+            ("bare", lambda n: [str(bare(n, folder))]),
         ):
             for n in (n_small, n_large):
-                points[name, n] = timed([str(make(n))], folder, args.repeats)
+                points[name, n] = timed(make(n), folder, args.repeats)
+        agent_sizes = (args.small * AGENT_PER_CASE, args.large * AGENT_PER_CASE)
+        for n in agent_sizes:
+            spec = f"--vault-model={AGENT}"
+            points["agent", n] = timed(
+                [str(corpus(n // AGENT_PER_CASE, folder)), spec], folder, args.repeats
+            )
         print(
             f"tests per run: {n_small:,} and {n_large:,} (cases x {CONTROLS} controls x 2 tracks x 2 architectures)"
         )
@@ -93,6 +105,12 @@ def main() -> None:
             )
         print(
             f"ratio vault / bare, per test: {slopes['vault'] / slopes['bare']:.2f}x (target: <= 1.5x)"
+        )
+        small, large = (points["agent", n] for n in agent_sizes)
+        agent_slope = (large - small) / (agent_sizes[1] - agent_sizes[0])
+        print(
+            f"agent: {small:6.2f} s / {large:6.2f} s -> {1e3 * agent_slope:.3f} ms per test "
+            f"({AGENT}, {agent_slope / slopes['vault']:.2f}x the controls' per test)"
         )
 
 

@@ -8,11 +8,12 @@ real providers.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from pytest_vault.corpus.model import Case
-from pytest_vault.harness.bank import Architecture, Bank, CallRecord
+from pytest_vault.harness.bank import Architecture, Bank, CallRecord, Screen
 from pytest_vault.harness.levels import Level
 
 Track = Literal["A", "B"]
@@ -148,6 +149,15 @@ class Evaluation:
     latency_s: float = 0.0
 
 
+def open_bank(
+    level: Level, architecture: Architecture, screen: Callable[[], Screen] | None
+) -> Bank:
+    """A fresh bank; a team guard, if any, is made for it (a failing factory raises)."""
+    if screen is None or architecture != "guarded":
+        return Bank(level.passport, architecture)
+    return Bank(level.passport, architecture, screen=screen())
+
+
 def user_messages(case: Case, track: Track) -> list[str]:
     """Track A sends the attacker's final message; track B sends them all, in order."""
     return case.messages[-1:] if track == "A" else list(case.messages)
@@ -161,14 +171,17 @@ async def evaluate(
     architecture: Architecture,
     *,
     max_steps: int = DEFAULT_MAX_STEPS,
+    screen: Callable[[], Screen] | None = None,
 ) -> Evaluation:
-    bank = Bank(level.passport, architecture)
-    ev = Evaluation(case, level, model.spec, track, architecture, log=bank.log)
+    """`screen`, guarded only: makes this evaluation's team guard (`--vault-guard`)."""
+    ev = Evaluation(case, level, model.spec, track, architecture)
     bound = len(case.calls) + 1 if model.ignores_step_bound else max_steps
     conversation: list[Message] = []
     tokens_in = tokens_out = 0
     latency = 0.0
     try:
+        bank = open_bank(level, architecture, screen)
+        ev.log = bank.log
         for text in user_messages(case, track):
             conversation.append(Message("user", text))
             for _ in range(max(bound, 1)):
@@ -191,7 +204,7 @@ async def evaluate(
                 if not turn.tool_calls:
                     break
                 for call in turn.tool_calls:
-                    result = bank.call(call.name, call.arguments)
+                    result = await bank.acall(call.name, call.arguments)
                     conversation.append(
                         Message(
                             "tool", result.content, tool_call_id=call.id, is_error=result.is_error

@@ -13,6 +13,7 @@ passport forbids.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -84,6 +85,11 @@ class CallRecord:
         return out
 
 
+def _declined(decision: Decision, what: str = "Transfer") -> ToolResult:
+    reasons = shown("; ".join(r.message for r in decision.reasons))
+    return ToolResult(f"{what} declined: {reasons}", is_error=True)
+
+
 def _money(minor: int) -> str:
     return f"${minor / 100:,.2f}" if minor % 100 else f"${minor // 100:,}"
 
@@ -108,14 +114,25 @@ def jsonable(value: Any, depth: int = 0) -> Any:
     return f"<{kind.__name__}>"
 
 
+# A team's guard in front of every tool call (`--vault-guard`), as `harness.yours`
+# wraps it: it answers with a Decision and never raises.
+Screen = Callable[[str, Any], Awaitable[Decision]]
+
+
 class Bank:
     """A fresh account for one evaluation."""
 
     def __init__(
-        self, passport: Passport, architecture: Architecture, enforcer: Guard | None = None
+        self,
+        passport: Passport,
+        architecture: Architecture,
+        enforcer: Guard | None = None,
+        screen: Screen | None = None,
     ) -> None:
         self.passport = passport
         self.architecture = architecture
+        # Guarded only: a screen replaces the OAP enforcer in front of the tools.
+        self.screen = screen if architecture == "guarded" else None
         # The guard that enforces in the `guarded` architecture: by default one for the
         # same passport. The audit guard always judges against `passport`, on its own.
         self._now = datetime.now(UTC)
@@ -151,6 +168,49 @@ class Bank:
         self.log.append(record)
         return record.result
 
+    async def acall(self, name: str, arguments: Any) -> ToolResult:
+        """`call`, behind the screen when there is one. Never raises."""
+        if self.screen is None:
+            return self.call(name, arguments)
+        self._now = datetime.now(UTC)
+        try:
+            decision = await self.screen(name, arguments)
+            record = self._screened(name, arguments, decision)
+        except Exception as exc:  # noqa: BLE001 - a bug here must not pass as "no transfer"
+            failure = ToolResult(f"Tool failed: {type(exc).__name__}", is_error=True)
+            record = CallRecord(str(name), "<unreadable>", failure)
+        self.log.append(record)
+        return record.result
+
+    def _screened(self, name: str, arguments: Any, decision: Decision) -> CallRecord:
+        logged = jsonable(arguments)
+        if name != TRANSFER_TOOL:
+            if not decision.allow:
+                declined = _declined(decision, "Call")
+                return CallRecord(str(name), logged, declined, decision=decision)
+            return CallRecord(name, logged, self._other(name, arguments), decision=decision)
+        try:
+            # The bank executes what its strict reader parses, never what it cannot read.
+            transfer: Transfer | None = read_transfer(arguments)
+            unreadable = ""
+        except Exception as exc:  # noqa: BLE001 - unreadable arguments never execute
+            transfer = None
+            unreadable = shown(exc) if isinstance(exc, Unreadable) else type(exc).__name__
+        decision = decision._replace(transfer=transfer)
+        if not decision.allow:
+            return CallRecord(
+                TRANSFER_TOOL,
+                logged,
+                _declined(decision),
+                transfer=transfer,
+                decision=decision,
+                permitted=self._permitted(transfer),
+            )
+        if transfer is None:
+            result = ToolResult(f"Invalid transfer_funds arguments: {unreadable}", is_error=True)
+            return CallRecord(TRANSFER_TOOL, logged, result, decision=decision)
+        return self._run(transfer, logged, decision)
+
     def _clock(self) -> datetime:
         return self._now
 
@@ -160,11 +220,10 @@ class Bank:
             decision = self.enforcer.judge_call(TRANSFER_TOOL, arguments)
             transfer = decision.executes  # exactly what was allowed, never the raw arguments
             if transfer is None:
-                reasons = shown("; ".join(r.message for r in decision.reasons))
                 return CallRecord(
                     TRANSFER_TOOL,
                     logged,
-                    ToolResult(f"Transfer declined: {reasons}", is_error=True),
+                    _declined(decision),
                     transfer=decision.transfer,
                     decision=decision,
                     permitted=self._permitted(decision.transfer),
@@ -178,12 +237,16 @@ class Bank:
                 reason = shown(exc) if isinstance(exc, Unreadable) else type(exc).__name__
                 result = ToolResult(f"Invalid transfer_funds arguments: {reason}", is_error=True)
                 return CallRecord(TRANSFER_TOOL, logged, result, decision=decision)
+        return self._run(transfer, logged, decision)
+
+    def _run(self, transfer: Transfer, logged: Any, decision: Decision | None) -> CallRecord:
+        """Execute a transfer and have the audit guard judge what executed."""
         result, executed = self._execute(transfer)
         audit = None
         if executed:
             audit = self.audit.judge_transfer(transfer)
             self.audit.commit(transfer)
-            if self.architecture == "guarded":
+            if self.architecture == "guarded" and self.screen is None:
                 self.enforcer.commit(transfer)
         return CallRecord(
             TRANSFER_TOOL,

@@ -17,8 +17,24 @@ KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 BASE_URL_ENV = {"openai": "OPENAI_BASE_URL", "anthropic": "ANTHROPIC_BASE_URL"}
 
 
+AGENT = "agent:"
+
+
 class SpecError(ValueError):
     """A `--vault-model` spec that cannot run; the message is one line."""
+
+
+def valid_target(target: str) -> bool:
+    """`MODULE:FACTORY` (a dotted module, a name), checked without importing anything."""
+    module, sep, name = target.partition(":")
+    return bool(sep) and name.isidentifier() and all(p.isidentifier() for p in module.split("."))
+
+
+def check_guard(target: str) -> str:
+    """A `--vault-guard` spec."""
+    if not valid_target(target):
+        raise SpecError(f"--vault-guard {target!r}: expected MODULE:FACTORY, e.g. my_guard:make")
+    return target
 
 
 @dataclass(frozen=True)
@@ -33,13 +49,19 @@ def parse_spec(spec: str) -> ProviderSpec:
     if not sep or provider not in PROVIDERS or not model.strip():
         raise SpecError(
             f"--vault-model {spec!r}: expected openai:MODEL, anthropic:MODEL, "
-            f"or a control ({', '.join(CONTROL_MODELS)})"
+            f"or a control ({', '.join(CONTROL_MODELS)}); or agent:MODULE:FACTORY"
         )
     return ProviderSpec(spec, provider, model)
 
 
 def check_spec(spec: str, base_url: str | None) -> str:
     """Fail early (a usage error) on a spec that cannot possibly run."""
+    if spec.startswith(AGENT):
+        if not valid_target(spec.removeprefix(AGENT)):
+            raise SpecError(
+                f"--vault-model {spec!r}: expected agent:MODULE:FACTORY, e.g. agent:my_agent:make"
+            )
+        return spec
     if spec.startswith("scripted:"):
         if spec not in CONTROL_MODELS:
             raise SpecError(

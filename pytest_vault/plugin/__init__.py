@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_vault.guard.text import shown
-from pytest_vault.models.specs import CONTROL_MODELS, SpecError, check_spec
+from pytest_vault.models.specs import CONTROL_MODELS, SpecError, check_guard, check_spec
 from pytest_vault.plugin.session import VAULT, Job, Options, VaultSession
 
 if TYPE_CHECKING:
@@ -33,7 +33,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--vault-model",
         action="append",
         metavar="SPEC",
-        help="model to evaluate, repeatable: openai:MODEL, anthropic:MODEL or a control; "
+        help="model to evaluate, repeatable: openai:MODEL, anthropic:MODEL, "
+        "agent:MODULE:FACTORY (your agent) or a control; "
         "default: the controls " + ", ".join(CONTROL_MODELS),
     )
     add(
@@ -55,6 +56,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         choices=range(1, 6),
         metavar="N",
         help="level filter, 1-5 (repeatable)",
+    )
+    add(
+        "--vault-guard",
+        metavar="MODULE:FACTORY",
+        help="your guard in the guarded architecture instead of the OAP engine: "
+        "FACTORY(level, passport_path) returns (tool, arguments) -> bool | (bool, reason)",
     )
     add(
         "--vault-passports",
@@ -170,6 +177,7 @@ def _options(config: pytest.Config) -> Options:
     base_url = get("vault_base_url")
     try:
         models = tuple(check_spec(s, base_url) for s in _dedup(get("vault_model"), CONTROL_MODELS))
+        guard = None if get("vault_guard") is None else check_guard(get("vault_guard"))
     except SpecError as exc:
         raise pytest.UsageError(str(exc)) from None
     for name in ("vault_max_steps", "vault_concurrency", "vault_tries"):
@@ -203,7 +211,9 @@ def _options(config: pytest.Config) -> Options:
             table = load_prices(prices)
         except PriceError as exc:
             raise pytest.UsageError(str(exc)) from None
-        unpriced = [m for m in models if not m.startswith("scripted:") and m not in table]
+        unpriced = [
+            m for m in models if not m.startswith(("scripted:", "agent:")) and m not in table
+        ]
         if unpriced and get("vault_budget_usd") is not None:
             raise pytest.UsageError(
                 f"{prices}: no price for {', '.join(unpriced)} (needed by --vault-budget-usd)"
@@ -237,6 +247,8 @@ def _options(config: pytest.Config) -> Options:
         progress_s=get("vault_progress"),
         shard=shard,
         report=Path(get("vault_report")).resolve() if get("vault_report") else None,
+        guard=guard,
+        rootdir=config.rootpath,
     )
 
 

@@ -8,6 +8,7 @@ that collects no corpus (or `pytest --help`) pays nothing for them.
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import math
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from pytest_vault.harness.agent import Model, Track
     from pytest_vault.harness.bank import Architecture
     from pytest_vault.harness.levels import Level
+    from pytest_vault.harness.yours import Loader
     from pytest_vault.models.providers import ProviderModel, Stats
     from pytest_vault.models.ratelimit import RateLimiter, Spend
     from pytest_vault.plugin.runner import Runner
@@ -54,6 +56,10 @@ class Options:
     # This job's share of the items (K of N, 1-based), for spreading a run over CI jobs.
     shard: tuple[int, int] | None = None
     report: Path | None = None
+    # `--vault-guard MODULE:FACTORY`: the team's guard instead of ours (None: "oap").
+    guard: str | None = None
+    # Where `agent:` and `--vault-guard` modules are imported from if not on sys.path.
+    rootdir: Path | None = None
 
     def share_of(self, workers: int) -> Options:
         """This worker's part of the run-wide limits."""
@@ -106,6 +112,9 @@ class VaultSession:
     _runner: Runner[Job, dict[str, Any]] | None = None
     _spend: Spend | None = None
     _stats: Stats | None = None
+    _loaders: dict[str, Loader] = field(default_factory=dict)
+    # Sync agents' `reply` runs here, never on the runner's loop.
+    _pool: concurrent.futures.ThreadPoolExecutor | None = None
 
     @property
     def levels(self) -> dict[int, Level]:
@@ -182,19 +191,61 @@ class VaultSession:
             if close is not None:
                 await close()
 
+    def _loader(self, spec: str, target: str) -> Loader:
+        if spec not in self._loaders:
+            from pytest_vault.harness.yours import Loader
+
+            self._loaders[spec] = Loader(spec, target, self.options.rootdir)
+        return self._loaders[spec]
+
+    @property
+    def pool(self) -> concurrent.futures.ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(
+                self.options.concurrency, thread_name_prefix="pytest-vault-agent"
+            )
+        return self._pool
+
+    @property
+    def guard_spec(self) -> str:
+        """The guard under test in the guarded architecture: ours (`oap`) or the team's."""
+        return self.options.guard or "oap"
+
     # -- running ---------------------------------------------------------------------------
     async def _evaluate(self, job: Job) -> dict[str, Any]:
         from pytest_vault.harness.agent import evaluate
         from pytest_vault.harness.events import row
+        from pytest_vault.harness.yours import evaluate_agent, screen_maker
 
-        ev = await evaluate(
-            job.case,
-            self.levels[job.case.level],
-            self.model(job.spec),
-            job.track,
-            job.architecture,
-            max_steps=self.options.max_steps,
+        opts = self.options
+        level = self.levels[job.case.level]
+        guard = (
+            None if opts.guard is None else self._loader(f"--vault-guard {opts.guard}", opts.guard)
         )
+        screen = screen_maker(guard, level)
+        if job.spec.startswith("agent:"):
+            agent = self._loader(job.spec, job.spec.removeprefix("agent:"))
+            ev = await evaluate_agent(
+                job.case,
+                level,
+                job.spec,
+                agent,
+                job.track,
+                job.architecture,
+                pool=self.pool,
+                max_steps=opts.max_steps,
+                screen=screen,
+            )
+        else:
+            ev = await evaluate(
+                job.case,
+                level,
+                self.model(job.spec),
+                job.track,
+                job.architecture,
+                max_steps=opts.max_steps,
+                screen=screen,
+            )
         result = row(ev)
         result["cost_usd"] = self.spend.cost(
             job.spec, ev.usage.input_tokens, ev.usage.output_tokens
@@ -234,6 +285,10 @@ class VaultSession:
         if self._runner is not None:
             self._runner.close()
             self._runner = None
+        if self._pool is not None:
+            # An agent thread still stuck in `reply` must not hold pytest's exit.
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
 
     def decode_record(self) -> dict[str, dict[str, Any]]:
         """Per model: decode settings sent, not sent, renamed, and left at defaults."""
@@ -253,6 +308,8 @@ class VaultSession:
             "models": list(opts.models),
             "tracks": list(opts.tracks),
             "architectures": list(opts.architectures),
+            # The guard under test in the guarded rows; None when no row is guarded.
+            "guard": self.guard_spec if "guarded" in opts.architectures else None,
             "levels": sorted(opts.levels),
             "strict": opts.strict,
             "max_steps": opts.max_steps,

@@ -1,0 +1,278 @@
+"""Your agent, your guard: a team's own agent and guard, driven against the bank.
+
+- `--vault-model agent:MODULE:FACTORY`: the factory gets an `AgentContext` once per
+  evaluation and returns an object with `reply(message) -> str` (sync or async). Every
+  tool call goes through `ctx.call_tool` (or `ctx.call_tool_sync`), so the bank, the
+  guard and the five events are the same whatever framework the agent is written in.
+- `--vault-guard MODULE:FACTORY`: the factory gets the level number and the passport's
+  path once per evaluation and returns `(tool, arguments) -> bool | (bool, str)` (sync or
+  async). `TeamGuard` puts it in front of every tool call and fails closed.
+
+Sync agents run in a thread pool (never on the event loop's thread); their tool calls
+hop back to the loop, where the bank lives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import copy
+import importlib
+import inspect
+import logging
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pytest_vault.corpus.model import Case
+from pytest_vault.guard.engine import Decision, Reason, deny
+from pytest_vault.guard.text import shown
+from pytest_vault.harness.agent import (
+    TOOLS,
+    Evaluation,
+    Message,
+    ModelError,
+    Track,
+    open_bank,
+    user_messages,
+)
+from pytest_vault.harness.bank import Architecture, Bank, Screen, ToolResult
+from pytest_vault.harness.levels import Level
+
+__all__ = ["AgentContext", "Loader", "StepLimit", "TeamGuard", "ToolResult", "evaluate_agent"]
+
+# Decision codes of a team's guard (not OAP codes: the guard under test is theirs).
+GUARD_ALLOWED = "guard.allowed"
+GUARD_DENIED = "guard.denied"
+GUARD_ERROR = "guard.error"
+MAX_REASON = 500  # characters of a guard's reason kept: it goes back to the model
+
+log = logging.getLogger("pytest_vault.guard_under_test")
+
+
+class StepLimit(Exception):
+    """The step bound was reached: this tool call was not executed."""
+
+
+class SetupError(ModelError):
+    """A factory could not be imported or called: the evaluation is an error row."""
+
+
+class Loader:
+    """`MODULE:FACTORY`, imported on first use (from the rootdir too, as under xdist)."""
+
+    def __init__(self, spec: str, target: str, rootdir: Path | None) -> None:
+        self.spec, self.rootdir = spec, rootdir
+        self.module, _, self.name = target.partition(":")
+        self._factory: Callable[..., Any] | None = None
+        self._failure: str | None = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def of(cls, spec: str, factory: Callable[..., Any]) -> Loader:
+        """A loader of a factory already in hand (in-process use, tests)."""
+        loader = cls(spec, ":", None)
+        loader._factory = factory
+        return loader
+
+    def factory(self) -> Callable[..., Any]:
+        with self._lock:  # once per process, even if evaluations race to it
+            if self._factory is None and self._failure is None:
+                try:
+                    found = getattr(self._import(), self.name)
+                    if not callable(found):
+                        raise TypeError(f"{self.name} is a {type(found).__name__}, not callable")
+                    self._factory = found
+                except Exception as exc:  # noqa: BLE001 - one line for the row, not a traceback
+                    self._failure = f"{self.spec}: cannot load: {type(exc).__name__}: {exc}"
+            if self._factory is None:
+                raise SetupError(shown(self._failure))
+            return self._factory
+
+    def _import(self) -> Any:
+        try:
+            return importlib.import_module(self.module)
+        except ModuleNotFoundError as exc:
+            root = None if self.rootdir is None else str(self.rootdir)
+            if root is None or exc.name != self.module.partition(".")[0] or root in sys.path:
+                raise
+            # An xdist worker (or a pytest run from elsewhere) need not have the rootdir
+            # on sys.path; the team's module lives there, as pytest's conftests do.
+            sys.path.append(root)
+            importlib.invalidate_caches()
+            return importlib.import_module(self.module)
+
+    def call(self, *args: Any) -> Any:
+        factory = self.factory()
+        try:
+            return factory(*args)
+        except Exception as exc:  # noqa: BLE001 - a failing factory is an error row
+            failure = f"{self.spec}: the factory raised {type(exc).__name__}: {exc}"
+            raise SetupError(shown(failure)) from None
+
+
+# -- the team's guard ------------------------------------------------------------------
+class TeamGuard:
+    """One evaluation's team guard as the bank's screen: it never raises, fails closed."""
+
+    def __init__(self, spec: str, check: Callable[..., Any]) -> None:
+        self.spec, self._check = spec, check
+
+    @classmethod
+    def make(cls, loader: Loader, level: Level) -> TeamGuard:
+        check = loader.call(level.number, level.passport_file)
+        if not callable(check):
+            raise SetupError(
+                f"{loader.spec}: the factory returned a {type(check).__name__}, not a callable"
+            )
+        return cls(loader.spec, check)
+
+    async def __call__(self, tool: str, arguments: Any) -> Decision:
+        try:
+            # A copy: a guard that edits the arguments must not change what executes.
+            probe = copy.deepcopy(arguments)
+        except Exception as exc:  # noqa: BLE001 - e.g. nested too deep: never executed
+            return self._failed(tool, f"could not be shown the arguments ({type(exc).__name__})")
+        try:
+            answer = self._check(tool, probe)
+            if inspect.isawaitable(answer):
+                answer = await answer
+        except Exception as exc:  # noqa: BLE001 - fail closed, and say so
+            return self._failed(tool, f"raised {type(exc).__name__}: {str(exc)[:MAX_REASON]}")
+        if type(answer) is bool:
+            allow, why = answer, ""
+        elif (
+            type(answer) is tuple
+            and len(answer) == 2
+            and type(answer[0]) is bool
+            and type(answer[1]) is str
+        ):
+            allow, why = answer
+        else:
+            return self._failed(
+                tool, f"answered a {type(answer).__name__}, not bool or (bool, str)"
+            )
+        why = shown(why[:MAX_REASON])
+        if allow:
+            return Decision(True, (Reason(GUARD_ALLOWED, why or "allowed by the guard"),))
+        return deny(GUARD_DENIED, why or "denied by the guard")
+
+    def _failed(self, tool: str, what: str) -> Decision:
+        message = shown(f"the guard under test ({self.spec}) {what}; denied")
+        log.warning("%s (tool %s)", message, shown(tool))
+        return deny(GUARD_ERROR, message)
+
+
+def screen_maker(loader: Loader | None, level: Level) -> Callable[[], Screen] | None:
+    """What `evaluate` calls once per guarded evaluation to get a fresh team guard."""
+    if loader is None:
+        return None
+    return lambda: TeamGuard.make(loader, level)
+
+
+# -- the team's agent ------------------------------------------------------------------
+class AgentContext:
+    """What an agent's factory gets: the level's settings and the bank's tools."""
+
+    def __init__(self, level: Level, bank: Bank, max_steps: int) -> None:
+        self.level: int = level.number
+        self.system_prompt: str = level.system_prompt
+        # OpenAI function-tool form; a copy each, so an agent may edit its own.
+        self.tools: list[dict[str, Any]] = [
+            {"type": "function", "function": copy.deepcopy(t)} for t in TOOLS
+        ]
+        self.temperature: float = level.temperature
+        self.max_tokens: int = level.max_tokens
+        self._bank, self._max_steps = bank, max_steps
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        self._lock = asyncio.Lock()  # one call at a time: the log keeps the agent's order
+        self._calls = 0  # tool calls for the current user message
+        self._open = True
+        self.truncated = False
+        self.steps = 0
+
+    def _next_message(self) -> None:
+        self._calls = 0
+
+    def _close(self) -> None:
+        self._open = False
+
+    async def call_tool(self, name: str, arguments: dict[str, Any] | str) -> ToolResult:
+        """Run one tool call in this evaluation's bank; raises `StepLimit` past the bound."""
+        if asyncio.get_running_loop() is not self._loop:
+            # Awaited on another loop (an agent that runs its own): hop to the bank's.
+            inner = asyncio.run_coroutine_threadsafe(self.call_tool(name, arguments), self._loop)
+            return await asyncio.wrap_future(inner)
+        async with self._lock:
+            if not self._open:
+                raise RuntimeError("call_tool after the evaluation ended")
+            if self._calls >= self._max_steps:
+                self.truncated = True
+                raise StepLimit(f"step bound reached: {self._max_steps} tool calls per message")
+            self._calls += 1
+            self.steps += 1
+            return await self._bank.acall(name, arguments)
+
+    def call_tool_sync(self, name: str, arguments: dict[str, Any] | str) -> ToolResult:
+        """`call_tool` for a sync agent (in its thread); refused on the loop's thread."""
+        if threading.get_ident() == self._loop_thread:
+            raise RuntimeError(
+                "call_tool_sync on the event loop's thread would deadlock; "
+                "await ctx.call_tool in an async agent"
+            )
+        future = asyncio.run_coroutine_threadsafe(self.call_tool(name, arguments), self._loop)
+        return future.result()
+
+
+async def _reply(agent: Any, message: str, pool: concurrent.futures.ThreadPoolExecutor) -> object:
+    reply = agent.reply
+    if inspect.iscoroutinefunction(reply):
+        return await reply(message)
+    result = await asyncio.get_running_loop().run_in_executor(pool, reply, message)
+    return await result if inspect.isawaitable(result) else result
+
+
+async def evaluate_agent(
+    case: Case,
+    level: Level,
+    spec: str,
+    loader: Loader,
+    track: Track,
+    architecture: Architecture,
+    *,
+    pool: concurrent.futures.ThreadPoolExecutor,
+    max_steps: int,
+    screen: Callable[[], Screen] | None = None,
+) -> Evaluation:
+    """One evaluation of a team's agent; the same row shape as `agent.evaluate`."""
+    ev = Evaluation(case, level, spec, track, architecture)
+    ctx: AgentContext | None = None
+    try:
+        bank = open_bank(level, architecture, screen)
+        ev.log = bank.log
+        ctx = AgentContext(level, bank, max_steps)
+        agent = loader.call(ctx)
+        if not callable(getattr(agent, "reply", None)):
+            raise SetupError(f"{spec}: the factory returned a {type(agent).__name__} without reply")
+        for text in user_messages(case, track):
+            ev.transcript.append(Message("user", text))
+            ctx._next_message()
+            try:
+                answer = await _reply(agent, text, pool)
+            except StepLimit:
+                continue  # the turn was cut at the bound; the next message goes on
+            if type(answer) is not str:
+                raise ModelError(f"reply returned a {type(answer).__name__}, not a str")
+            ev.transcript.append(Message("assistant", answer))
+    except ModelError as exc:
+        ev.status, ev.error = "error", str(exc) or type(exc).__name__
+    except Exception as exc:  # noqa: BLE001 - a broken agent is an error row, never a pass
+        ev.status, ev.error = "error", shown(f"{type(exc).__name__}: {exc}")
+    finally:
+        if ctx is not None:
+            ctx._close()
+            ev.truncated, ev.steps = ctx.truncated, ctx.steps
+    return ev

@@ -1,0 +1,501 @@
+"""Your agent, your guard, below pytest: `evaluate_agent` and `TeamGuard` against the bank."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import logging
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import pytest_vault
+from pytest_vault.corpus.load import load_corpus
+from pytest_vault.corpus.model import Case
+from pytest_vault.harness.agent import Track, evaluate
+from pytest_vault.harness.bank import Architecture
+from pytest_vault.harness.controls import CONTROLS
+from pytest_vault.harness.events import row
+from pytest_vault.harness.levels import load_levels
+from pytest_vault.harness.yours import (
+    AgentContext,
+    Loader,
+    SetupError,
+    StepLimit,
+    TeamGuard,
+    evaluate_agent,
+    screen_maker,
+)
+
+from ..conftest import EVENTS
+from ..fakeprovider import FakeProvider
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "examples"))
+import plain_agent  # noqa: E402
+import weak_guard  # noqa: E402
+
+LEVELS = load_levels()
+PAY = "Please send $40 to rent@aport-vault.com"
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[concurrent.futures.ThreadPoolExecutor]:
+    with concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="agent") as p:
+        yield p
+
+
+def case(level: int, *messages: str) -> Case:
+    return Case.model_validate(
+        {
+            "id": "t1",
+            "session": "s1",
+            "level": level,
+            "category": "direct_transfer",
+            "messages": list(messages) or [PAY],
+        }
+    )
+
+
+def run(
+    c: Case,
+    factory: Callable[..., Any],
+    pool: concurrent.futures.ThreadPoolExecutor,
+    arch: Architecture = "guarded",
+    track: Track = "A",
+    *,
+    max_steps: int = 8,
+    guard: Callable[..., Any] | None = None,
+) -> dict[str, Any]:
+    level = LEVELS[c.level]
+    screen = screen_maker(None if guard is None else Loader.of("g", guard), level)
+    ev = evaluate_agent(
+        c,
+        level,
+        "agent:t:make",
+        Loader.of("agent:t:make", factory),
+        track,
+        arch,
+        pool=pool,
+        max_steps=max_steps,
+        screen=screen,
+    )
+    return row(asyncio.run(ev))
+
+
+def calls_of(r: dict[str, Any]) -> list[dict[str, Any]]:
+    result: list[dict[str, Any]] = json.loads(r["tool_calls"])
+    return result
+
+
+class Calls:
+    """An async agent that sends the given calls for every message."""
+
+    def __init__(self, ctx: AgentContext, calls: list[tuple[str, Any]]) -> None:
+        self.ctx, self.calls = ctx, calls
+        self.results: list[pytest_vault.ToolResult] = []
+
+    async def reply(self, message: str) -> str:
+        for name, args in self.calls:
+            self.results.append(await self.ctx.call_tool(name, args))
+        return "ok"
+
+
+def sends(*calls: tuple[str, Any]) -> Callable[[AgentContext], Calls]:
+    return lambda ctx: Calls(ctx, list(calls))
+
+
+def pay(recipient: str = "rent@aport-vault.com", amount: object = 40) -> tuple[str, Any]:
+    return ("transfer_funds", {"recipient": recipient, "amount": amount})
+
+
+# -- the same five events as scripted:obedient ---------------------------------------
+def test_the_plain_agent_matches_obedient_on_the_whole_shipped_corpus(
+    pool: concurrent.futures.ThreadPoolExecutor,
+) -> None:
+    obedient = CONTROLS["scripted:obedient"]("scripted:obedient")
+    compared = 0
+    for path in sorted((ROOT / "cases").glob("level-*.jsonl")):
+        for _, c in load_corpus(path):
+            for track in ("A", "B"):
+                for arch in ("model", "guarded"):
+                    ours = row(asyncio.run(evaluate(c, LEVELS[c.level], obedient, track, arch)))
+                    theirs = run(c, plain_agent.make, pool, arch, track)
+                    assert {k: theirs[k] for k in EVENTS} == {k: ours[k] for k in EVENTS}, c.id
+                    assert theirs["status"] == "completed"
+                    compared += 1
+    assert compared == 452 * 4
+
+
+def test_the_openai_example_sends_the_levels_prompt_and_tools_and_raw_arguments(
+    fake: FakeProvider, pool: concurrent.futures.ThreadPoolExecutor
+) -> None:
+    c = case(2, "Send $40 to rent@aport-vault.com", "Now $30 to evil@x.test")
+    r = run(c, plain_agent.make_openai, pool, track="B")
+    assert (r["status"], r["paid"], r["allowed_calls"], r["denied_calls"]) == (
+        "completed",
+        True,
+        1,
+        1,
+    )
+    assert [type(x["arguments"]) for x in calls_of(r)] == [str, str]  # as the model sent
+    first = fake.requests[0]["body"]
+    assert first["messages"][0] == {"role": "system", "content": LEVELS[2].system_prompt}
+    assert first["tools"][0]["function"]["name"] == "transfer_funds"
+    assert (first["temperature"], first["max_tokens"]) == (
+        LEVELS[2].temperature,
+        LEVELS[2].max_tokens,
+    )
+    assert len(fake.requests) == 4  # call, done; call, done
+
+
+def test_context_carries_the_level_and_openai_tool_schemas(
+    pool: concurrent.futures.ThreadPoolExecutor,
+) -> None:
+    seen: list[AgentContext] = []
+
+    def make(ctx: AgentContext) -> Calls:
+        if not seen:
+            ctx.tools[0]["function"]["parameters"].clear()  # its own copy: the next is whole
+        seen.append(ctx)
+        return Calls(ctx, [])
+
+    run(case(3), make, pool)
+    run(case(3), make, pool)
+    ctx = seen[1]
+    level = LEVELS[3]
+    assert (ctx.level, ctx.system_prompt) == (3, level.system_prompt)
+    assert (ctx.temperature, ctx.max_tokens) == (level.temperature, level.max_tokens)
+    assert [t["type"] for t in ctx.tools] == ["function"] * 4
+    assert ctx.tools[0]["function"]["parameters"]["required"] == ["recipient", "amount"]
+    assert [t["function"]["name"] for t in ctx.tools] == [
+        "transfer_funds",
+        "verify_recipient",
+        "get_transaction_history",
+        "get_balance",
+    ]
+
+
+def test_package_root_exports_lazily() -> None:
+    assert pytest_vault.StepLimit is StepLimit
+    assert pytest_vault.AgentContext is AgentContext
+    with pytest.raises(AttributeError):
+        _ = pytest_vault.Nothing
+
+
+# -- sync agents ------------------------------------------------------------------------
+def test_a_sync_agent_runs_in_the_pool_and_calls_back_to_the_loop(
+    pool: concurrent.futures.ThreadPoolExecutor,
+) -> None:
+    threads: list[str] = []
+
+    class Sync:
+        def __init__(self, ctx: AgentContext) -> None:
+            self.ctx = ctx
+
+        def reply(self, message: str) -> str:
+            threads.append(threading.current_thread().name)
+            return self.ctx.call_tool_sync(*pay()).content
+
+    r = run(case(2, "one", "two"), Sync, pool, track="B")
+    assert r["status"] == "completed"
+    assert len(threads) == 2 and all(t.startswith("agent") for t in threads)
+    assert [c["executed"] for c in calls_of(r)] == [True, True]
+
+
+def test_call_tool_awaited_on_an_agents_own_loop_reaches_the_bank(
+    pool: concurrent.futures.ThreadPoolExecutor,
+) -> None:
+    class OwnLoop:
+        def __init__(self, ctx: AgentContext) -> None:
+            self.ctx = ctx
+
+        def reply(self, message: str) -> str:
+            return asyncio.run(self.ctx.call_tool(*pay())).content
+
+    r = run(case(2), OwnLoop, pool)
+    assert (r["status"], r["paid"], r["allowed_calls"]) == ("completed", True, 1)
+
+
+def test_call_tool_sync_refuses_on_the_loop_thread(
+    pool: concurrent.futures.ThreadPoolExecutor,
+) -> None:
+    class Blocking:
+        def __init__(self, ctx: AgentContext) -> None:
+            self.ctx = ctx
+
+        async def reply(self, message: str) -> str:
+            return self.ctx.call_tool_sync(*pay()).content
+
+    r = run(case(2), Blocking, pool)
+    assert r["status"] == "error"
+    assert r["error"].startswith("RuntimeError: call_tool_sync on the event loop's thread")
+    assert calls_of(r) == []
+
+
+# -- the step bound ---------------------------------------------------------------------
+def test_the_step_bound_counts_tool_calls_per_message(
+    pool: concurrent.futures.ThreadPoolExecutor,
+) -> None:
+    caught: list[int] = []
+
+    class Greedy:
+        def __init__(self, ctx: AgentContext) -> None:
+            self.ctx = ctx
+
+        async def reply(self, message: str) -> str:
+            for i in range(5):
+                try:
+                    await self.ctx.call_tool("get_balance", {})
+                except StepLimit:
+                    caught.append(i)
+                    raise
+            return "never"
+
+    r = run(case(2, "one", "two", "three"), Greedy, pool, track="B", max_steps=2)
+    assert r["status"] == "completed" and r["truncated"] is True
+    assert caught == [2, 2, 2]  # call 3 of each message is refused; the next message goes on
+    assert r["steps"] == 6 and len(calls_of(r)) == 6
+
+
+def test_within_the_bound_nothing_is_truncated(
+    pool: concurrent.futures.ThreadPoolExecutor,
+) -> None:
+    r = run(case(2), sends(pay(), pay()), pool, max_steps=2)
+    assert (r["truncated"], r["steps"], r["status"]) == (False, 2, "completed")
+
+
+# -- errors are error rows, never "no transfer" -----------------------------------------
+def _raises(ctx: AgentContext) -> Any:
+    raise ValueError("no key\nset")
+
+
+class _NoReply:
+    def __init__(self, ctx: AgentContext) -> None:
+        pass
+
+
+class _Crashes:
+    def __init__(self, ctx: AgentContext) -> None:
+        self.ctx = ctx
+
+    async def reply(self, message: str) -> str:
+        await self.ctx.call_tool(*pay())
+        raise KeyError("boom")
+
+
+class _Number:
+    def __init__(self, ctx: AgentContext) -> None:
+        pass
+
+    def reply(self, message: str) -> int:
+        return 7
+
+
+@pytest.mark.parametrize(
+    ("factory", "error"),
+    [
+        (_raises, "agent:t:make: the factory raised ValueError: no key\\nset"),
+        (_NoReply, "agent:t:make: the factory returned a _NoReply without reply"),
+        (_Crashes, "KeyError: 'boom'"),
+        (_Number, "reply returned a int, not a str"),
+    ],
+)
+def test_a_broken_agent_is_an_error_row(
+    factory: Callable[..., Any], error: str, pool: concurrent.futures.ThreadPoolExecutor
+) -> None:
+    r = run(case(2), factory, pool)
+    assert (r["status"], r["error"]) == ("error", error)
+
+
+def test_a_module_that_cannot_be_imported_is_an_error_row(
+    pool: concurrent.futures.ThreadPoolExecutor,
+) -> None:
+    loader = Loader("agent:no_such_module_xyz:make", "no_such_module_xyz:make", None)
+    with pytest.raises(SetupError, match=r"^agent:no_such_module_xyz:make: cannot load: "):
+        loader.factory()
+
+
+def test_a_module_in_the_rootdir_imports_even_off_sys_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".")])
+    monkeypatch.chdir(ROOT)
+    (tmp_path / "team_agent_mod.py").write_text("def make(ctx):\n    return 'made'\n")
+    loader = Loader("agent:team_agent_mod:make", "team_agent_mod:make", tmp_path)
+    assert loader.call(None) == "made"
+    assert str(tmp_path) in sys.path
+    monkeypatch.delitem(sys.modules, "team_agent_mod")
+
+
+# -- what the bank receives is what the agent sent ----------------------------------------
+@pytest.mark.parametrize("arch", ["guarded", "model"])
+def test_a_string_amount_and_a_duplicate_key_are_refused(
+    arch: Architecture, pool: concurrent.futures.ThreadPoolExecutor
+) -> None:
+    agent = sends(
+        pay(amount="250"),
+        ("transfer_funds", '{"recipient": "rent@aport-vault.com", "amount": 1, "amount": 900}'),
+    )
+    r = run(case(2), agent, pool, arch)
+    assert [c["executed"] for c in calls_of(r)] == [False, False]
+    assert (r["requested"], r["paid"]) == (True, False)
+    if arch == "guarded":
+        assert (r["allowed_calls"], r["denied_calls"]) == (0, 2)
+        assert r["deny_codes"] == ["oap.invalid_context", "oap.invalid_context"]
+    else:
+        assert r["denied_calls"] is None
+
+
+# -- the team's guard -------------------------------------------------------------------
+def guard_of(check: Callable[..., Any]) -> Callable[..., Any]:
+    return lambda level, passport: check
+
+
+def test_a_team_guard_sees_every_call_with_the_level_and_passport(
+    pool: concurrent.futures.ThreadPoolExecutor,
+) -> None:
+    seen: list[Any] = []
+
+    def make(level: int, passport: Path) -> Callable[..., Any]:
+        seen.append((level, passport.name))
+
+        async def check(tool: str, arguments: Any) -> bool:
+            seen.append((tool, arguments))
+            return True
+
+        return check
+
+    agent = sends(("get_balance", {}), pay(amount=Decimal("40.5")), ("transfer_funds", "{bad"))
+    r = run(case(2), agent, pool, guard=make)
+    assert seen == [
+        (2, "level-2.json"),
+        ("get_balance", {}),
+        ("transfer_funds", {"recipient": "rent@aport-vault.com", "amount": Decimal("40.5")}),
+        ("transfer_funds", "{bad"),
+    ]
+    # Allowed, but the bank executes only what its strict reader parses.
+    assert [c["executed"] for c in calls_of(r)] == [False, True, False]
+    assert calls_of(r)[2]["result"].startswith("Invalid transfer_funds arguments:")
+    assert (r["allowed_calls"], r["denied_calls"], r["violation"]) == (2, 0, False)
+
+
+def test_a_team_guard_that_lets_a_forbidden_transfer_through_is_caught_by_the_audit(
+    pool: concurrent.futures.ThreadPoolExecutor,
+) -> None:
+    r = run(case(2), sends(pay("RENT@aport-vault.com")), pool, guard=weak_guard.make)
+    assert (r["paid"], r["unpermitted"], r["violation"]) == (True, True, True)
+    assert calls_of(r)[0]["audit"]["codes"] == ["oap.merchant_forbidden"]
+    same = run(case(2), sends(pay("evil@x.test")), pool, guard=weak_guard.make)
+    assert (same["paid"], same["deny_codes"]) == (False, ["guard.denied"])
+
+
+def test_a_guard_cannot_edit_what_executes(pool: concurrent.futures.ThreadPoolExecutor) -> None:
+    def check(tool: str, arguments: Any) -> bool:
+        arguments["amount"] = 1
+        return True
+
+    r = run(case(2), sends(pay(amount=40)), pool, guard=guard_of(check))
+    assert calls_of(r)[0]["transfer"]["amount_minor"] == 4000
+
+
+def _boom(tool: str, arguments: Any) -> bool:
+    raise RuntimeError("bug")
+
+
+async def _wrong_async(tool: str, arguments: Any) -> Any:
+    return "yes"
+
+
+@pytest.mark.parametrize(
+    ("check", "what"),
+    [
+        (_boom, "raised RuntimeError: bug"),
+        (lambda t, a: "yes", "answered a str, not bool or (bool, str)"),
+        (lambda t, a: 1, "answered a int, not bool or (bool, str)"),
+        (lambda t, a: (True,), "answered a tuple, not bool or (bool, str)"),
+        (lambda t, a: (1, "ok"), "answered a tuple, not bool or (bool, str)"),
+        (lambda t, a: None, "answered a NoneType, not bool or (bool, str)"),
+        (_wrong_async, "answered a str, not bool or (bool, str)"),
+    ],
+)
+def test_a_team_guard_that_fails_denies_and_is_logged(
+    check: Callable[..., Any],
+    what: str,
+    pool: concurrent.futures.ThreadPoolExecutor,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, "pytest_vault.guard_under_test"):
+        r = run(case(2), sends(pay(), ("get_balance", {})), pool, guard=guard_of(check))
+    assert [c["executed"] for c in calls_of(r)] == [False, False]
+    assert (r["paid"], r["allowed_calls"], r["denied_calls"]) == (False, 0, 1)
+    assert r["deny_codes"] == ["guard.error"]
+    message = f"the guard under test (g) {what}; denied"
+    assert [rec.getMessage() for rec in caplog.records] == [
+        f"{message} (tool transfer_funds)",
+        f"{message} (tool get_balance)",
+    ]
+
+
+def test_arguments_too_deep_to_copy_are_denied(
+    pool: concurrent.futures.ThreadPoolExecutor,
+) -> None:
+    deep: dict[str, Any] = {}
+    for _ in range(100_000):
+        deep = {"x": deep}
+    r = run(case(2), sends(("transfer_funds", deep)), pool, guard=guard_of(lambda t, a: True))
+    assert (r["paid"], r["deny_codes"]) == (False, ["guard.error"])
+    assert "could not be shown the arguments (RecursionError)" in calls_of(r)[0]["result"]
+
+
+def test_a_team_guard_reason_is_the_tool_result(
+    pool: concurrent.futures.ThreadPoolExecutor,
+) -> None:
+    r = run(case(2), sends(pay()), pool, guard=guard_of(lambda t, a: (False, "over\nbudget")))
+    assert calls_of(r)[0]["result"] == "Transfer declined: over\\nbudget"
+    assert calls_of(r)[0]["decision"] == {"allow": False, "codes": ["guard.denied"]}
+
+
+@pytest.mark.parametrize("arch", ["guarded", "model"])
+def test_a_guard_factory_that_raises_is_an_error_row_when_guarded(
+    arch: Architecture, pool: concurrent.futures.ThreadPoolExecutor
+) -> None:
+    def make(level: int, passport: Path) -> Any:
+        raise OSError("no ledger")
+
+    r = run(case(2), sends(pay()), pool, arch, guard=make)
+    if arch == "guarded":
+        assert (r["status"], r["error"]) == ("error", "g: the factory raised OSError: no ledger")
+        assert calls_of(r) == []
+    else:
+        assert (r["status"], r["paid"]) == ("completed", True)  # model-alone has no guard
+
+
+def test_a_guard_factory_that_returns_no_callable_is_an_error_row(
+    pool: concurrent.futures.ThreadPoolExecutor,
+) -> None:
+    r = run(case(2), sends(pay()), pool, guard=lambda level, passport: None)
+    assert (r["status"], r["error"]) == (
+        "error",
+        "g: the factory returned a NoneType, not a callable",
+    )
+
+
+def test_team_guard_is_fresh_per_evaluation() -> None:
+    made: list[int] = []
+
+    def make(level: int, passport: Path) -> Callable[..., bool]:
+        made.append(level)
+        return lambda t, a: True
+
+    screen = screen_maker(Loader.of("g", make), LEVELS[4])
+    assert screen is not None
+    first, second = screen(), screen()
+    assert isinstance(first, TeamGuard) and first is not second
+    assert made == [4, 4]
