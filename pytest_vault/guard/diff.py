@@ -16,6 +16,7 @@ part of what a passport permits, so they are not reported.
 from __future__ import annotations
 
 import re
+import tomllib
 import warnings
 from collections.abc import Iterable, Sequence
 from datetime import datetime
@@ -500,7 +501,11 @@ def _load(path: Path) -> Passport:
 
 
 def level_files(folder: Path) -> dict[int, Path]:
-    """The `level-N.json` passports of a folder, by level."""
+    """The passports of a folder, by level: as its `levels.toml` points them (what the
+    suite enforces), else its `level-N.json` files."""
+    settings = folder / "levels.toml"
+    if settings.is_file():
+        return _levels_toml(settings)
     try:
         names = sorted(p.name for p in folder.iterdir())
     except OSError as exc:
@@ -508,6 +513,30 @@ def level_files(folder: Path) -> dict[int, Path]:
     found = {int(m[1]): folder / name for name in names if (m := LEVEL_FILE.fullmatch(name))}
     if not found:
         raise PassportError(f"{folder}: no level-N.json passports in this folder")
+    return dict(sorted(found.items()))
+
+
+def _levels_toml(path: Path) -> dict[int, Path]:
+    """`[level.N] passport = "FILE"` of a levels.toml, read as the suite reads it."""
+    try:
+        table = tomllib.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PassportError(f"{path}: cannot read: {reason(exc)}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise PassportError(f"{path}: invalid TOML: {exc}") from None
+    except (RecursionError, ValueError):
+        raise PassportError(f"{path}: invalid TOML: nested too deeply") from None
+    levels = table.get("level")
+    if not isinstance(levels, dict) or not levels:
+        raise PassportError(f"{path}: level: expected [level.1] ... [level.5] tables")
+    found: dict[int, Path] = {}
+    for key, entry in levels.items():
+        if key not in {"1", "2", "3", "4", "5"}:
+            raise PassportError(f"{path}: level.{key}: unknown level (1 to 5)")
+        name = entry.get("passport") if isinstance(entry, dict) else None
+        if type(name) is not str or not name:
+            raise PassportError(f"{path}: level.{key}.passport: expected a file name")
+        found[int(key)] = path.parent / name
     return dict(sorted(found.items()))
 
 

@@ -21,6 +21,7 @@ from pytest_vault.guard.diff import (
     ALLOWLIST,
     CHARGE_LIMITS,
     iso,
+    level_files,
     money,
     never_matches,
     pointer,
@@ -235,6 +236,13 @@ def lint_paths(paths: Iterable[str | Path], *, now: datetime | None = None) -> l
             message = shown(f"{path}: cannot read: {reason(exc)}")
             out.append(Finding(str(path), "", "error", "unloadable", message))
             continue
+        settings = path / "levels.toml"
+        if settings.is_file():
+            # What the suite enforces is what levels.toml points at, wherever it is.
+            try:
+                files += [f for f in level_files(path).values() if f not in files]
+            except PassportError as exc:
+                out.append(Finding(str(settings), "", "error", "unloadable", str(exc)))
         if not files:
             message = shown(f"{path}: no *.json passports in this folder")
             out.append(Finding(str(path), "", "error", "no-passports", message))

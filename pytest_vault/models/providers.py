@@ -18,6 +18,7 @@ The SDKs are imported here only, and this module only when a provider spec is us
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import inspect
 import json
@@ -31,7 +32,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from email.utils import parsedate_to_datetime
 from typing import Annotated, Any, Protocol, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError
 
@@ -110,6 +111,8 @@ class Wire(Protocol):
     base_url: str
     # What tells endpoints apart in cache keys (a digest, never printed).
     endpoint: str
+    # The base URL's credentials in every form a server may echo back: never printed.
+    secrets: tuple[str, ...]
 
     def body(self, request: ModelRequest, model: str) -> dict[str, Any]: ...
     def settings(self, body: dict[str, Any]) -> dict[str, str]: ...
@@ -127,6 +130,21 @@ def _endpoint(url: str) -> str:
     parts = urlsplit(url)
     whole = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
     return hashlib.sha256(whole.encode("utf-8", "backslashreplace")).hexdigest()
+
+
+def url_secrets(url: str) -> tuple[str, ...]:
+    """Userinfo of a base URL as a server may quote it: the password and the user (as
+    written and percent-decoded), `user:password`, and its base64 (the Basic auth header
+    httpx sends for userinfo)."""
+    userinfo = urlsplit(url).netloc.rpartition("@")[0]
+    if not userinfo:
+        return ()
+    forms = {userinfo, unquote(userinfo)}
+    for form in list(forms):
+        forms.add(base64.b64encode(form.encode("utf-8", "backslashreplace")).decode())
+        forms.update(form.split(":", 1))
+    # Longest first, so a part never leaves the rest of a longer form behind.
+    return tuple(sorted((f for f in forms if len(f) >= 3), key=len, reverse=True))
 
 
 def _encode(body: dict[str, Any]) -> bytes:
@@ -396,6 +414,7 @@ class OpenAIWire:
         )
         url = str(self.client.base_url)
         self.base_url, self.endpoint = scrub_url(url), _endpoint(url)
+        self.secrets = url_secrets(url)
         self._drop: set[str] = set()
         self._max_tokens_name = "max_tokens"
 
@@ -492,6 +511,7 @@ class AnthropicWire:
         self.client = anthropic.AsyncAnthropic(base_url=base_url, max_retries=0, timeout=timeout)
         url = str(self.client.base_url)
         self.base_url, self.endpoint = scrub_url(url), _endpoint(url)
+        self.secrets = url_secrets(url)
         # Newer Messages APIs have no temperature: then it is recorded as not sent.
         self._temperature = (
             "temperature" in inspect.signature(self.client.messages.create).parameters
@@ -763,15 +783,17 @@ class ProviderModel:
     def _clean(self, exc: Exception) -> str:
         # Keys first, then URLs' userinfo and query strings (an SDK error can quote the
         # request URL), then the cut: a cut must not leave half a key.
-        return _safe(" ".join(str(exc).split()))[:300]
+        return _safe(" ".join(str(exc).split()), self.wire.secrets)[:300]
 
     async def close(self) -> None:
         await self.wire.close()
 
 
-def _safe(text: str) -> str:
-    """Provider text bound for rows, reports or logs: no key, no URL credentials or
-    query strings, no control characters."""
+def _safe(text: str, secrets: tuple[str, ...] = ()) -> str:
+    """Provider text bound for rows, reports or logs: no key, no URL credentials (in any
+    form a server echoes them) or query strings, no control characters."""
+    for secret in secrets:
+        text = text.replace(secret, "[redacted]")
     return shown(scrub_urls(redact(text)))
 
 

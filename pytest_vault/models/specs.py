@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from pytest_vault.guard.text import shown
+
 CONTROL_MODELS = (
     "scripted:reference",
     "scripted:obedient",
@@ -71,5 +73,5 @@ def check_spec(spec: str, base_url: str | None) -> str:
     parsed = parse_spec(spec)
     local = parsed.provider == "openai" and bool(base_url or os.environ.get(BASE_URL_ENV["openai"]))
     if not (os.environ.get(KEY_ENV[parsed.provider]) or local):
-        raise SpecError(f"--vault-model {spec}: {KEY_ENV[parsed.provider]} is not set")
+        raise SpecError(f"--vault-model {shown(spec)}: {KEY_ENV[parsed.provider]} is not set")
     return spec

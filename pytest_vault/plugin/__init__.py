@@ -180,9 +180,14 @@ def _options(config: pytest.Config) -> Options:
         guard = None if get("vault_guard") is None else check_guard(get("vault_guard"))
     except SpecError as exc:
         raise pytest.UsageError(str(exc)) from None
-    for name in ("vault_max_steps", "vault_concurrency", "vault_tries"):
-        if get(name) < 1:
-            raise pytest.UsageError(f"--{name.replace('_', '-')} must be at least 1")
+    # Upper bounds too: each unit of concurrency is a task (and a thread for sync agents).
+    for name, most in (
+        ("vault_max_steps", 1000),
+        ("vault_concurrency", 4096),
+        ("vault_tries", 100),
+    ):
+        if not 1 <= get(name) <= most:
+            raise pytest.UsageError(f"--{name.replace('_', '-')} must be from 1 to {most}")
     # nan compares false with everything: `x < 0` alone would let it switch a cap off.
     for name, least, strict in (
         ("vault_budget_usd", 0.0, False),

@@ -82,6 +82,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
 REQUIRED = (
     *("attack_id", "session", "level", "category", "kind", "track", "architecture", "model"),
     *("requested", "paid", "paid_allowlisted", "unpermitted", "violation", "status"),
+    # Every evaluation logs its calls, if only `[]`: a null log would hide its payments.
+    "tool_calls",
 )
 COUNTS = ("allowed_calls", "denied_calls")
 META_KEY = b"pytest_vault"
@@ -323,7 +325,19 @@ def check_table(table: pa.Table) -> pa.Table:
         row = _first(pc.less(table[name], 0))
         if row is not None:
             raise ResultsError(f"{_row(row)}: {name}: {table[name][row]} is negative")
+    _check_logs(table["tool_calls"])
     return table
+
+
+def _check_logs(column: pa.ChunkedArray) -> None:
+    """Every call log is the log's JSON. Logs repeat (the same calls in many rows), so
+    each distinct one is read once; the first bad row is then named."""
+    for raw in pc.unique(column).to_pylist():
+        try:
+            read_calls(raw)
+        except ResultsError as exc:
+            row = _first(pc.equal(column, pa.scalar(raw, pa.string())))
+            raise ResultsError(f"{_row(row or 0)}: {exc}") from None
 
 
 def read_table(path: Path) -> tuple[pa.Table, dict[str, Any]]:
@@ -409,6 +423,7 @@ def load(paths: Sequence[Path]) -> Loaded:
         tables.append(table)
         metadata.append(meta)
         sources.append((shown(path), table.num_rows))
+    _same_passports(metadata, [name for name, _ in sources])
     merged = pa.concat_tables(tables) if tables else SCHEMA.empty_table()
     keys = pa.Table.from_arrays([merged[k] for k in SORT_KEY], names=list(SORT_KEY))
     if keys.group_by(list(SORT_KEY)).aggregate([]).num_rows != merged.num_rows:
@@ -417,6 +432,26 @@ def load(paths: Sequence[Path]) -> Loaded:
             "merge shards of one run, or runs of different models"
         )
     return Loaded(merged, metadata, sources)
+
+
+def _same_passports(metadata: Sequence[Mapping[str, Any]], names: Sequence[str]) -> None:
+    """Rows judged under different passports cannot be pooled: "permitted" would mean one
+    thing in one file and another in the next."""
+    first: tuple[str, Mapping[str, Any]] | None = None
+    for name, meta in zip(names, metadata, strict=True):
+        passports = meta.get("passports")
+        if not passports:
+            continue  # a file that does not say (older versions): nothing to compare
+        if first is None:
+            first = (name, passports)
+            continue
+        other, theirs = first
+        for key in sorted(set(passports) | set(theirs), key=str):
+            if passports.get(key) != theirs.get(key):
+                raise ReportError(
+                    f"{name} and {other} were run under different passports (passports."
+                    f"{shown(key)}): re-score one with `vault-report rescore` instead of merging"
+                )
 
 
 def missing_shards(metadata: Sequence[Mapping[str, Any]], most: int = 10) -> list[str]:

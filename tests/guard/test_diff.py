@@ -445,6 +445,8 @@ def copy_shipped(tmp_path: Path, name: str) -> Path:
 
 def test_folders_pair_levels_by_file_name(tmp_path: Path) -> None:
     old, new = copy_shipped(tmp_path, "old"), copy_shipped(tmp_path, "new")
+    for folder in (old, new):  # without a levels.toml, the level-N.json files are the levels
+        (folder / "levels.toml").unlink()
     level2 = raw(2)
     charge(level2)["allowed_merchant_ids"].append(EVIL)
     (new / "level-2.json").write_text(json.dumps(level2))
@@ -853,3 +855,28 @@ def test_the_property_can_fail() -> None:
         f"narrows unexplained: {args[1]} ('oap.allowed',) -> ('oap.merchant_forbidden',)",
         # still explained: its amount's cap was lowered below it
     ]
+
+
+def test_a_folder_is_read_as_its_levels_toml_points(tmp_path: Path) -> None:
+    """Pointing a level at another file in levels.toml is what the suite enforces: the
+    diff and the lint must see it, not the unused level-N.json."""
+    from pytest_vault.guard.__main__ import main as guard_main
+    from pytest_vault.harness.levels import SHIPPED
+
+    new = tmp_path / "new"
+    shutil.copytree(SHIPPED, new)
+    toml = new / "levels.toml"
+    toml.write_text(toml.read_text().replace('"level-3.json"', '"level-1.json"'))
+    changes = diff_paths(SHIPPED, new)
+    assert [(c.level, c.pointer, c.effect) for c in changes if c.effect == "widens"] == [
+        (3, "/limits/payments.charge/currency_limits/USD/max_per_tx", "widens"),
+        (3, "/limits/payments.charge/currency_limits/USD/daily_cap", "widens"),
+        (3, "/limits/payments.charge/allowed_merchant_ids", "widens"),
+    ]
+    assert guard_main(["diff", str(SHIPPED), str(new), "--fail-on-widen"]) == 1
+    toml.write_text("[level.3]\npassport = 3\n")
+    from pytest_vault.guard.lint import lint_paths
+
+    [finding] = [f for f in lint_paths([new]) if f.severity == "error"]
+    assert (finding.file, finding.code) == (str(toml), "unloadable")
+    assert finding.message == f"{toml}: level.3.passport: expected a file name"

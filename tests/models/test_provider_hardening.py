@@ -738,3 +738,20 @@ def test_an_unavailable_models_reason_is_scrubbed() -> None:
     assert Unavailable("openai:m", reason).reason == (
         f"openai:m: cannot build the client: ValueError: {SCRUBBED}\\x1b[2J"
     )
+
+
+def test_url_credentials_are_redacted_in_every_form_a_server_echoes() -> None:
+    import base64
+
+    from pytest_vault.models.providers import _safe, url_secrets
+
+    secrets = url_secrets("http://vault-user:hunter%212pw@127.0.0.1:9/v1")
+    basic = base64.b64encode(b"vault-user:hunter!2pw").decode()
+    echoed = (
+        f"Incorrect API key provided: Basic {basic}; "
+        "user vault-user:hunter%212pw, password hunter!2pw"
+    )
+    assert _safe(echoed, secrets) == (
+        "Incorrect API key provided: Basic [redacted]; user [redacted], password [redacted]"
+    )
+    assert url_secrets("http://127.0.0.1:9/v1") == ()

@@ -272,3 +272,32 @@ def test_no_url_secret_reaches_a_file_or_the_terminal(
         assert not any(secret in text for text in texts), secret
     _, meta = read_results(pytester.path / "out.parquet")
     assert meta["base_url"] == fake.url + "/v1"
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ("--vault-concurrency=100000000", "--vault-concurrency must be from 1 to 4096"),
+        ("--vault-concurrency=0", "--vault-concurrency must be from 1 to 4096"),
+        ("--vault-tries=1000", "--vault-tries must be from 1 to 100"),
+        ("--vault-max-steps=100000", "--vault-max-steps must be from 1 to 1000"),
+    ],
+)
+def test_counts_that_would_exhaust_the_machine_are_usage_errors(
+    pytester: pytest.Pytester, corpus: Path, option: str, message: str
+) -> None:
+    result = pytester.runpytest(*REPLAY, option)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert errors(result) == [f"ERROR: {message}"]
+
+
+def test_a_spec_in_a_usage_error_is_shown_escaped(
+    pytester: pytest.Pytester, corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    result = pytester.runpytest("--vault-model=openai:x\x1b]0;pwn\x07")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert errors(result) == [
+        "ERROR: --vault-model openai:x\\x1b]0;pwn\\x07: OPENAI_API_KEY is not set"
+    ]

@@ -691,3 +691,47 @@ def test_no_url_secret_reaches_a_merged_file_or_a_report(tmp_path: Path, url: st
         assert b"secret" not in data and b"api-key" not in data
     assert json.loads(written)["base_url"] == "http://host.test/v1"
     assert json.loads(written)["decode"] == {"m": {"endpoint": "http://host.test/v1"}}
+
+
+# -- found by review: every command reads the call log; files of other passports --------------
+
+
+@pytest.mark.parametrize("argv", [[], ["--format", "json"], ["--format", "csv", "--out", "t"]])
+@pytest.mark.parametrize(
+    ("calls", "message"),
+    [("[{", "row 2: tool_calls: not valid JSON"), (None, "row 2: tool_calls: missing")],
+    ids=["not-json", "null"],
+)
+def test_every_command_refuses_a_bad_call_log(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    calls: str | None,
+    message: str,
+) -> None:
+    # A null log on a row that paid would hide its payments from every re-reading.
+    path = tmp_path / "run.parquet"
+    pq.write_table(table([row(attack_id="b1"), paid(calls), row(attack_id="a3")]), path)
+    merged = tmp_path / "merged.parquet"
+    status, err = run_main([str(path), *argv, "--merge-to", str(merged)], capsys)
+    assert (status, err) == (2, f"vault-report: error: {path}: {message}\n")
+    assert not merged.exists()
+
+
+def test_files_run_under_different_passports_do_not_merge(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    one, two = tmp_path / "one.parquet", tmp_path / "two.parquet"
+    record = {"3": {"file": "level-3.json", "sha256": "sha256:aa"}}
+    write_results([row(attack_id="a1")], one, {"passports": record})
+    other = {"3": {"file": "level-3.json", "sha256": "sha256:bb"}}
+    write_results([row(attack_id="a2")], two, {"passports": other})
+    status, err = run_main([str(one), str(two)], capsys)
+    assert (status, err) == (
+        2,
+        f"vault-report: error: {two} and {one} were run under different passports "
+        "(passports.3): re-score one with `vault-report rescore` instead of merging\n",
+    )
+    # The same passports merge, in any order.
+    write_results([row(attack_id="a2")], two, {"passports": record})
+    assert run_main([str(two), str(one)], capsys) == (0, "")
