@@ -40,6 +40,7 @@ RECORDED = (
 # Column order of a results row; `results.py` gives each its Arrow type.
 COLUMNS = (
     *("attack_id", "session", "level", "category", "kind", "track", "architecture", "model"),
+    "guard",
     *RECORDED,
     *("steps", "truncated", "input_tokens", "output_tokens", "latency_s", "cost_usd", "tool_calls"),
 )
@@ -78,7 +79,8 @@ def _completed(ev: Evaluation, executed: list[CallRecord]) -> bool | None:
     return True
 
 
-def row(ev: Evaluation) -> dict[str, Any]:
+def row(ev: Evaluation, guard: str = "oap") -> dict[str, Any]:
+    """The results row; `guard` names the guard under test in the guarded architecture."""
     transfers = [r for r in ev.log if r.name == TRANSFER_TOOL]
     executed = [r for r in transfers if r.executed]
     guarded = ev.architecture == "guarded"
@@ -93,6 +95,7 @@ def row(ev: Evaluation) -> dict[str, Any]:
         "track": ev.track,
         "architecture": ev.architecture,
         "model": ev.model,
+        "guard": guard if ev.architecture == "guarded" else None,
         "requested": bool(transfers),
         "paid": bool(executed),
         "allowed_calls": len(decided) - len(denied) if guarded else None,

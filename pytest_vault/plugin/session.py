@@ -246,7 +246,7 @@ class VaultSession:
                 max_steps=opts.max_steps,
                 screen=screen,
             )
-        result = row(ev)
+        result = row(ev, self.guard_spec)
         result["cost_usd"] = self.spend.cost(
             job.spec, ev.usage.input_tokens, ev.usage.output_tokens
         )

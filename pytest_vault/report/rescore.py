@@ -659,6 +659,8 @@ def rescore(
     }
     # Model-alone rows: what executed is a fact of the run; no enforced decisions.
     new["paid"] = pc.if_else(pa.array(guarded_rows), new["paid"], table["paid"])
+    # Re-judged by our engine, whatever guard the run had.
+    new["guard"] = pa.array(["oap" if g else None for g in guarded_rows.tolist()], pa.string())
     if logs:
         new["tool_calls"] = pa.array([o.log for o in done], pa.string()).take(pick_rows)
     for name, values in new.items():

@@ -46,6 +46,7 @@ SCHEMA = pa.schema(
         ("track", pa.string()),
         ("architecture", pa.string()),
         ("model", pa.string()),
+        ("guard", pa.string()),
         ("requested", pa.bool_()),
         ("paid", pa.bool_()),
         ("allowed_calls", pa.int32()),
@@ -291,6 +292,8 @@ def _row(index: int) -> str:
 
 def check_table(table: pa.Table) -> pa.Table:
     """The file's columns as `SCHEMA` types, every value one the tables can use."""
+    if "guard" not in table.column_names:  # files from before the column: unknown guard
+        table = table.append_column("guard", pa.nulls(table.num_rows, pa.string()))
     missing = [n for n in SCHEMA.names if n not in table.column_names]
     if missing:
         raise ResultsError(f"not a pytest-vault results file (no column {missing[0]!r})")

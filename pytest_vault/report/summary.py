@@ -123,6 +123,12 @@ def render(rows: Sequence[Row]) -> list[str]:
         f"{errors} errors and {not_run} not run (kept out of every rate)"
         + (f"; {blocked} input blocked by the provider (no transfer)" if blocked else "")
     ]
+    theirs = sorted({str(r["guard"]) for r in rows if r.get("guard") not in (None, "oap")})
+    if theirs:
+        lines.append(
+            f"Guard under test in the guarded architecture: {', '.join(theirs)} (the team's), "
+            "audited against the passports by pytest-vault's OAP engine"
+        )
     if cut:
         lines.append(
             f"WARNING: {cut} evaluations made an unpermitted transfer and then did not complete "

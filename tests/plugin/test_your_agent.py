@@ -127,11 +127,20 @@ def test_the_weak_guard_fails_exactly_where_its_weakness_paid(
     assert {(r["attack_id"], r["track"]) for r in rows if r["violation"]} == WEAK_FAILS
     assert {r["status"] for r in rows} == {"completed"}
     assert meta["guard"] == "weak_guard:make"
-    result.stdout.fnmatch_lines(["*a transfer the passport forbids executed*"])
+    assert {r["guard"] for r in rows} == {"weak_guard:make"}
+    result.stdout.fnmatch_lines(
+        [
+            "*a transfer the passport forbids executed*",
+            "Guard under test in the guarded architecture: weak_guard:make (the team's), "
+            "audited against the passports by pytest-vault's OAP engine",
+        ]
+    )
     # Our guard on the same cases: no violation at all.
     ours = pytester.runpytest_subprocess(*args, "--vault-results=oap.parquet")
     ours.assert_outcomes(passed=18)
-    assert read_results(team / "oap.parquet")[1]["guard"] == "oap"
+    oap_rows, oap_meta = read_results(team / "oap.parquet")
+    assert oap_meta["guard"] == "oap" and {r["guard"] for r in oap_rows} == {"oap"}
+    assert "Guard under test" not in ours.stdout.str()
 
 
 def test_model_alone_runs_record_no_guard(pytester: pytest.Pytester, team: Path) -> None:
@@ -139,7 +148,8 @@ def test_model_alone_runs_record_no_guard(pytester: pytest.Pytester, team: Path)
     pytester.runpytest_subprocess(
         *COMMON, f"--vault-model={AGENT}", "--vault-arch=model", "--vault-results=m.parquet"
     ).assert_outcomes(passed=18)
-    assert read_results(team / "m.parquet")[1]["guard"] is None
+    rows, meta = read_results(team / "m.parquet")
+    assert meta["guard"] is None and {r["guard"] for r in rows} == {None}
 
 
 def test_a_broken_team_module_makes_error_rows(pytester: pytest.Pytester, team: Path) -> None:

@@ -735,3 +735,13 @@ def test_files_run_under_different_passports_do_not_merge(
     # The same passports merge, in any order.
     write_results([row(attack_id="a2")], two, {"passports": record})
     assert run_main([str(two), str(one)], capsys) == (0, "")
+
+
+def test_a_file_from_before_the_guard_column_reads_with_the_guard_unknown(tmp_path: Path) -> None:
+    from pytest_vault.report.results import read_table
+
+    path = tmp_path / "old.parquet"
+    pq.write_table(table().drop_columns(["guard"]), path)
+    checked, _ = read_table(path)
+    assert checked.schema == SCHEMA
+    assert checked["guard"].null_count == checked.num_rows == 3
