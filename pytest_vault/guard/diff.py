@@ -16,7 +16,6 @@ part of what a passport permits, so they are not reported.
 from __future__ import annotations
 
 import re
-import tomllib
 import warnings
 from collections.abc import Iterable, Sequence
 from datetime import datetime
@@ -42,6 +41,7 @@ from pytest_vault.guard.passport import (
     Passport,
     PassportError,
     read_passport,
+    read_toml,
     reason,
 )
 from pytest_vault.guard.text import shown
@@ -519,13 +519,10 @@ def level_files(folder: Path) -> dict[int, Path]:
 def _levels_toml(path: Path) -> dict[int, Path]:
     """`[level.N] passport = "FILE"` of a levels.toml, read as the suite reads it."""
     try:
-        table = tomllib.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
+        data = path.read_bytes()
+    except OSError as exc:
         raise PassportError(f"{path}: cannot read: {reason(exc)}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise PassportError(f"{path}: invalid TOML: {exc}") from None
-    except (RecursionError, ValueError):
-        raise PassportError(f"{path}: invalid TOML: nested too deeply") from None
+    table = read_toml(data, str(path))  # the suite's own reading
     levels = table.get("level")
     if not isinstance(levels, dict) or not levels:
         raise PassportError(f"{path}: level: expected [level.1] ... [level.5] tables")

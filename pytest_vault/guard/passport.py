@@ -18,6 +18,7 @@ import codecs
 import hashlib
 import json
 import re
+import tomllib
 import warnings
 from datetime import datetime
 from decimal import Decimal
@@ -358,3 +359,32 @@ def read_json(document: str | bytes) -> Any:
         children = node.items() if kind is dict else enumerate(node)
         stack.extend(reversed([(child, (*loc, key)) for key, child in children]))
     return value
+
+
+# -- strict TOML documents (levels.toml) ------------------------------------------------
+
+# tomllib ends its messages with where the problem is.
+_TOML_WHERE = re.compile(r" \(at (?:line (\d+), column (\d+)|end of document)\)$")
+
+
+def read_toml(data: bytes, source: str) -> dict[str, object]:
+    """A TOML document; any problem is a one-line `PassportError`, in words."""
+    try:
+        return tomllib.loads(utf8(data))
+    except DocumentError as exc:
+        raise PassportError(f"{exc.where(source)}: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc)
+        where = _TOML_WHERE.search(message)
+        if where is None:
+            raise PassportError(f"{source}: invalid TOML: {message}") from None
+        problem = message[: where.start()]
+        if where[1] is None:
+            raise PassportError(f"{source}: invalid TOML: {problem} at end of document") from None
+        raise PassportError(
+            f"{source}:{where[1]}: invalid TOML: {problem} at column {where[2]}"
+        ) from None
+    except ValueError:  # an integer with more digits than `int` reads from text
+        raise PassportError(f"{source}: invalid TOML: number out of range") from None
+    except RecursionError:
+        raise PassportError(f"{source}: invalid TOML: nested too deeply") from None

@@ -6,8 +6,6 @@ They live in a folder (`passports/` by default, shipped inside the package) hold
 
 from __future__ import annotations
 
-import re
-import tomllib
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,14 +14,13 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
 from pytest_vault.guard.passport import (
-    DocumentError,
     Passport,
     PassportError,
     describe,
     read_passport,
+    read_toml,
     reason,
     sha256,
-    utf8,
 )
 
 LEVELS = (1, 2, 3, 4, 5)
@@ -50,33 +47,6 @@ class Level:
     # "sha256:<hex>" of the bytes parsed, taken when they were read: what was enforced.
     passport_sha256: str
     settings_sha256: str
-
-
-# tomllib ends its messages with where the problem is.
-_TOML_WHERE = re.compile(r" \(at (?:line (\d+), column (\d+)|end of document)\)$")
-
-
-def read_toml(data: bytes, source: str) -> dict[str, object]:
-    """A TOML document; any problem is a one-line `PassportError`, in words."""
-    try:
-        return tomllib.loads(utf8(data))
-    except DocumentError as exc:
-        raise PassportError(f"{exc.where(source)}: {exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        message = str(exc)
-        where = _TOML_WHERE.search(message)
-        if where is None:
-            raise PassportError(f"{source}: invalid TOML: {message}") from None
-        problem = message[: where.start()]
-        if where[1] is None:
-            raise PassportError(f"{source}: invalid TOML: {problem} at end of document") from None
-        raise PassportError(
-            f"{source}:{where[1]}: invalid TOML: {problem} at column {where[2]}"
-        ) from None
-    except ValueError:  # an integer with more digits than `int` reads from text
-        raise PassportError(f"{source}: invalid TOML: number out of range") from None
-    except RecursionError:
-        raise PassportError(f"{source}: invalid TOML: nested too deeply") from None
 
 
 def load_levels(folder: str | Path = SHIPPED) -> dict[int, Level]:
