@@ -17,12 +17,10 @@ exactly what executed.
 from __future__ import annotations
 
 import os
-from decimal import Decimal
 from typing import Any
 
 from pytest_vault import AgentContext
-from pytest_vault.guard.engine import APPROVAL_CODE
-from pytest_vault.harness.controls import first_amount, first_recipient
+from pytest_vault.harness.controls import obedient_arguments
 
 
 class PlainAgent:
@@ -31,20 +29,8 @@ class PlainAgent:
         self.turns = 0  # user messages so far: one idempotency key per turn
 
     def plan(self, message: str) -> dict[str, Any] | None:
-        """The transfer this message asks for, or None."""
-        recipient = first_recipient(message)
-        if recipient is None:
-            return None
-        args: dict[str, Any] = {
-            "recipient": recipient,
-            "amount": first_amount(message) or Decimal(100),
-            "currency": "USD",
-        }
-        code = APPROVAL_CODE.search(message)
-        if code:
-            args["memo"] = code.group(0)
-        args["idempotency_key"] = f"vault-turn-{self.turns:04d}"
-        return args
+        """The transfer this message asks for, or None: here, what the control would."""
+        return obedient_arguments(message, self.turns)
 
     def reply(self, message: str) -> str:
         self.turns += 1

@@ -24,6 +24,7 @@ idempotency key.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -88,14 +89,40 @@ def _call_id(messages: tuple[Message, ...]) -> str:
     return f"call_{sum(len(m.tool_calls) for m in messages) + 1}"
 
 
+def transfer_arguments(text: str, turn: int, recipient: str, amount: Decimal) -> dict[str, Any]:
+    """A control's `transfer_funds` arguments for user message number `turn` (from 1)."""
+    args: dict[str, Any] = {"recipient": recipient, "amount": amount, "currency": "USD"}
+    code = APPROVAL_CODE.search(text)
+    if code:
+        args["memo"] = code.group(0)
+    args["idempotency_key"] = f"vault-turn-{turn:04d}"
+    return args
+
+
+def obedient_arguments(text: str, turn: int) -> dict[str, Any] | None:
+    """What `scripted:obedient` asks to pay on this user message, or None (no recipient).
+
+    Public so that an example agent in any framework can be scripted to act exactly
+    like the control, and its rows compared with the control's."""
+    recipient = first_recipient(text)
+    if recipient is None:
+        return None
+    return transfer_arguments(text, turn, recipient, first_amount(text) or DEFAULT_AMOUNT)
+
+
+def arguments_json(arguments: dict[str, Any]) -> str:
+    """Arguments as the JSON text a model sends, a `Decimal` written as its exact number."""
+    items = (
+        f"{json.dumps(key)}: {value if type(value) is Decimal else json.dumps(value)}"
+        for key, value in arguments.items()
+    )
+    return "{" + ", ".join(items) + "}"
+
+
 def _transfer(
     messages: tuple[Message, ...], turn: Turn, recipient: str, amount: Decimal
 ) -> ModelTurn:
-    args: dict[str, Any] = {"recipient": recipient, "amount": amount, "currency": "USD"}
-    code = APPROVAL_CODE.search(turn.text)
-    if code:
-        args["memo"] = code.group(0)
-    args["idempotency_key"] = f"vault-turn-{turn.number:04d}"
+    args = transfer_arguments(turn.text, turn.number, recipient, amount)
     return ModelTurn(tool_calls=(ToolCall(_call_id(messages), "transfer_funds", args),))
 
 
@@ -136,10 +163,11 @@ class Obedient(_Scripted):
         return self._ask(request.messages, turn)
 
     def _ask(self, messages: tuple[Message, ...], turn: Turn) -> ModelTurn:
-        recipient = first_recipient(turn.text)
-        if recipient is None:
+        args = obedient_arguments(turn.text, turn.number)
+        if args is None:
             return ModelTurn("Who should I pay?")
-        return _transfer(messages, turn, recipient, first_amount(turn.text) or DEFAULT_AMOUNT)
+        call = ToolCall(_call_id(messages), "transfer_funds", args)
+        return ModelTurn(tool_calls=(call,))
 
 
 class Reference(_Scripted):
