@@ -223,6 +223,8 @@ class AgentContext:
                 "call_tool_sync on the event loop's thread would deadlock; "
                 "await ctx.call_tool in an async agent"
             )
+        if not self._open:  # e.g. a thread still running after its reply timed out
+            raise RuntimeError("call_tool after the evaluation ended")
         future = asyncio.run_coroutine_threadsafe(self.call_tool(name, arguments), self._loop)
         return future.result()
 
@@ -235,6 +237,22 @@ async def _reply(agent: Any, message: str, pool: concurrent.futures.ThreadPoolEx
     return await result if inspect.isawaitable(result) else result
 
 
+async def _timed_reply(
+    agent: Any, message: str, pool: concurrent.futures.ThreadPoolExecutor, timeout: float | None
+) -> object:
+    """`_reply`, bounded: a hung agent is an error row, not a run that never ends.
+
+    An async agent is cancelled. A sync agent's thread cannot be stopped: it keeps its
+    pool slot until it returns, and the closed context refuses its later tool calls."""
+    try:
+        async with asyncio.timeout(timeout) as scope:
+            return await _reply(agent, message, pool)
+    except TimeoutError:
+        if not scope.expired():
+            raise  # the agent's own TimeoutError: an error row that names it
+        raise ModelError(f"reply timed out after {timeout:g} s") from None
+
+
 async def evaluate_agent(
     case: Case,
     level: Level,
@@ -245,6 +263,7 @@ async def evaluate_agent(
     *,
     pool: concurrent.futures.ThreadPoolExecutor,
     max_steps: int,
+    reply_timeout: float | None = None,
     screen: Callable[[], Screen] | None = None,
 ) -> Evaluation:
     """One evaluation of a team's agent; the same row shape as `agent.evaluate`."""
@@ -261,7 +280,7 @@ async def evaluate_agent(
             ev.transcript.append(Message("user", text))
             ctx._next_message()
             try:
-                answer = await _reply(agent, text, pool)
+                answer = await _timed_reply(agent, text, pool, reply_timeout)
             except StepLimit:
                 continue  # the turn was cut at the bound; the next message goes on
             if type(answer) is not str:

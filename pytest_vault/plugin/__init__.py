@@ -125,6 +125,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="timeout of one provider request (default 120)",
     )
     add(
+        "--vault-agent-timeout",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="timeout of one reply of an agent: spec, tool calls included (default 600)",
+    )
+    add(
         "--vault-cache",
         metavar="DIR",
         help=f"response cache folder (default: {DEFAULT_CACHE} in the rootdir)",
@@ -194,6 +201,7 @@ def _options(config: pytest.Config) -> Options:
         ("vault_rpm", 0.0, True),
         ("vault_tpm", 0.0, True),
         ("vault_timeout", 0.0, True),
+        ("vault_agent_timeout", 0.0, True),
         ("vault_progress", 0.0, False),
     ):
         value = get(name)
@@ -246,6 +254,7 @@ def _options(config: pytest.Config) -> Options:
         tpm=get("vault_tpm"),
         tries=get("vault_tries"),
         timeout=get("vault_timeout"),
+        agent_timeout=get("vault_agent_timeout"),
         cache=cache,
         budget_usd=get("vault_budget_usd"),
         prices=prices,

@@ -49,6 +49,7 @@ class Options:
     tpm: float | None = None
     tries: int = 6
     timeout: float = 120.0
+    agent_timeout: float = 600.0  # one reply of an `agent:` spec
     cache: Path | None = None
     budget_usd: float | None = None
     prices: Path | None = None
@@ -234,6 +235,7 @@ class VaultSession:
                 job.architecture,
                 pool=self.pool,
                 max_steps=opts.max_steps,
+                reply_timeout=opts.agent_timeout,
                 screen=screen,
             )
         else:

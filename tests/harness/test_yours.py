@@ -72,6 +72,7 @@ def run(
     *,
     max_steps: int = 8,
     guard: Callable[..., Any] | None = None,
+    reply_timeout: float | None = None,
 ) -> dict[str, Any]:
     level = LEVELS[c.level]
     screen = screen_maker(None if guard is None else Loader.of("g", guard), level)
@@ -84,6 +85,7 @@ def run(
         arch,
         pool=pool,
         max_steps=max_steps,
+        reply_timeout=reply_timeout,
         screen=screen,
     )
     return row(asyncio.run(ev))
@@ -499,3 +501,65 @@ def test_team_guard_is_fresh_per_evaluation() -> None:
     first, second = screen(), screen()
     assert isinstance(first, TeamGuard) and first is not second
     assert made == [4, 4]
+
+
+# -- a hung agent is an error row ------------------------------------------------------
+class Hangs:
+    """Pays once, then hangs on the second message until released."""
+
+    def __init__(self, ctx: AgentContext, release: threading.Event) -> None:
+        self.ctx, self.release = ctx, release
+        self.late: list[BaseException] = []
+
+    async def reply(self, message: str) -> str:
+        if message == "hang":
+            await asyncio.Event().wait()
+        await self.ctx.call_tool(*pay())
+        return "ok"
+
+
+class HangsSync(Hangs):
+    def reply(self, message: str) -> str:  # type: ignore[override]
+        if message == "hang":
+            self.release.wait(10)
+            try:  # the evaluation timed out meanwhile: the context refuses this call
+                self.ctx.call_tool_sync(*pay())
+            except RuntimeError as exc:
+                self.late.append(exc)
+            return "late"
+        self.ctx.call_tool_sync(*pay())
+        return "ok"
+
+
+@pytest.mark.parametrize("kind", [Hangs, HangsSync], ids=["async", "sync"])
+def test_a_reply_past_the_timeout_is_an_error_row_and_later_calls_are_refused(
+    pool: concurrent.futures.ThreadPoolExecutor, kind: type[Hangs]
+) -> None:
+    release = threading.Event()
+    agents: list[Hangs] = []
+
+    def make(ctx: AgentContext) -> Hangs:
+        agents.append(kind(ctx, release))
+        return agents[-1]
+
+    r = run(case(2, "pay", "hang", "pay"), make, pool, track="B", reply_timeout=0.2)
+    assert (r["status"], r["error"]) == ("error", "reply timed out after 0.2 s")
+    assert [c["executed"] for c in calls_of(r)] == [True]  # the first message's payment
+    release.set()
+    for _ in range(100):
+        if kind is Hangs or agents[0].late:
+            break
+        threading.Event().wait(0.05)
+    if kind is HangsSync:
+        assert [str(e) for e in agents[0].late] == ["call_tool after the evaluation ended"]
+
+
+def test_an_agents_own_timeout_error_is_named_as_its_own(
+    pool: concurrent.futures.ThreadPoolExecutor,
+) -> None:
+    class Raises:
+        async def reply(self, message: str) -> str:
+            raise TimeoutError("the agent's HTTP client gave up")
+
+    r = run(case(2), lambda ctx: Raises(), pool, reply_timeout=5)
+    assert (r["status"], r["error"]) == ("error", "TimeoutError: the agent's HTTP client gave up")

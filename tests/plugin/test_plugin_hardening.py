@@ -49,6 +49,8 @@ def corpus(pytester: pytest.Pytester) -> Path:
         ("--vault-tpm=-5", "--vault-tpm -5.0: must be a finite number above 0"),
         ("--vault-timeout=nan", "--vault-timeout nan: must be a finite number above 0"),
         ("--vault-timeout=0", "--vault-timeout 0.0: must be a finite number above 0"),
+        ("--vault-agent-timeout=0", "--vault-agent-timeout 0.0: must be a finite number above 0"),
+        ("--vault-agent-timeout=inf", "--vault-agent-timeout inf: must be a finite number above 0"),
         ("--vault-progress=nan", "--vault-progress nan: must be a finite number at least 0"),
         ("--vault-progress=-1", "--vault-progress -1.0: must be a finite number at least 0"),
     ],
