@@ -185,6 +185,8 @@ class AgentContext:
         ]
         self.temperature: float = level.temperature
         self.max_tokens: int = level.max_tokens
+        # Tool calls per user message (`--vault-max-steps`); call N+1 raises StepLimit.
+        self.max_steps: int = max_steps
         self._bank, self._max_steps = bank, max_steps
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
