@@ -1,0 +1,458 @@
+"""The simulated bank as an MCP server (`vault-mcp`), for agents written in any language.
+
+One bank per process: one account and one guard ledger, so the daily cap holds across
+calls and sessions as a real bank's would. It serves the four tools with the schemas
+the suite uses (`harness.agent.TOOLS`), over stdio or streamable HTTP, with the guard in
+front in the `guarded` architecture, and writes one JSON Lines record per call.
+
+Two things stand between the client's bytes and the bank, and neither may change them:
+
+* The SDK's typed tools validate arguments against a model built from the function's
+  signature, which coerces (`"250"` becomes 250). `RawTool` is a schema-declared tool
+  whose handler gets `arguments` exactly as the client sent them.
+* The SDK parses each JSON-RPC message before any tool sees it, and lets the last of a
+  duplicate key win, rounds numbers to floats and turns `1e400` into infinity. So every
+  message is first read strictly at the transport boundary (`screen`), where the raw
+  text still exists; one that reads differently strictly is refused there.
+
+Works with `mcp>=1.20,<3`: `MCPServer` in 2.x, `FastMCP` in 1.x, chosen at import.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import IO, TYPE_CHECKING, Any, NamedTuple, NoReturn, cast
+
+import anyio
+import mcp.types as mcp_types
+import uvicorn
+from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
+from pydantic import TypeAdapter
+
+from pytest_vault.guard.engine import INVALID_CONTEXT, Unreadable, parse_json_object
+from pytest_vault.guard.passport import PassportError, reason
+from pytest_vault.guard.text import shown, valid_utf8
+from pytest_vault.harness.agent import TOOLS, open_bank
+from pytest_vault.harness.bank import ARCHITECTURES, Architecture, CallRecord
+from pytest_vault.harness.levels import LEVELS, SHIPPED, Level, load_levels
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+try:  # mcp 2.x
+    from mcp.server.mcpserver import MCPServer as SdkServer
+    from mcp.server.mcpserver.tools import Tool as SdkTool
+    from mcp.server.mcpserver.utilities.func_metadata import func_metadata
+
+    MCP2 = True
+except ImportError:  # mcp 1.x: the same high-level server, named FastMCP
+    from mcp.server.fastmcp import FastMCP as SdkServer  # type: ignore[attr-defined,no-redef,unused-ignore]
+    from mcp.server.fastmcp.tools import Tool as SdkTool  # type: ignore[import-not-found,no-redef,unused-ignore]
+    from mcp.server.fastmcp.utilities.func_metadata import (  # type: ignore[import-not-found,no-redef,unused-ignore]
+        func_metadata,
+    )
+
+    MCP2 = False
+
+NAME = "pytest-vault bank"
+# JSON-RPC "Invalid Request": the message cannot be read as one unambiguous request.
+REFUSED = -32600
+# The body of one HTTP request the strict reader will hold in memory.
+MAX_BODY = 4 * 1024 * 1024
+_MESSAGE: TypeAdapter[Any] = TypeAdapter(mcp_types.JSONRPCMessage)
+
+
+def _result(text: str, is_error: bool) -> mcp_types.CallToolResult:
+    # By alias: 1.x names the field `isError`, 2.x `is_error`; both read `isError`.
+    return mcp_types.CallToolResult.model_validate(
+        {"content": [{"type": "text", "text": text}], "isError": is_error}
+    )
+
+
+def _no_arguments() -> None:
+    """Stands in for a signature: `RawTool` validates nothing against one."""
+
+
+class RawTool(SdkTool):
+    """A schema-declared tool whose handler gets the raw `arguments` of the call.
+
+    The SDK's `Tool.run` validates (and so coerces) them with the pydantic model of a
+    function signature; this `run` hands them on untouched.
+    """
+
+    async def run(
+        self, arguments: dict[str, Any], context: Any = None, convert_result: bool = False
+    ) -> Any:
+        return await self.fn(arguments)
+
+
+def raw_tool(
+    schema: dict[str, Any], handler: Callable[[dict[str, Any]], Awaitable[Any]]
+) -> RawTool:
+    """An MCP tool declaring `schema` (OpenAI function form), answered by `handler`."""
+    return RawTool(
+        fn=handler,
+        name=schema["name"],
+        title=None,
+        description=schema["description"],
+        parameters=json.loads(json.dumps(schema["parameters"])),  # a copy the SDK may keep
+        fn_metadata=func_metadata(_no_arguments, structured_output=False),
+        is_async=True,
+        context_kwarg=None,
+        annotations=None,
+    )
+
+
+def _new_sdk_server(tools: list[Any], host: str) -> Any:
+    if MCP2:
+        return SdkServer(NAME, tools=tools, log_level="WARNING")
+    # 1.x sets its DNS-rebinding protection for the host when it is built.
+    fastmcp: Any = SdkServer
+    return fastmcp(NAME, tools=tools, log_level="WARNING", host=host)
+
+
+def _lowlevel(server: Any) -> Any:
+    # The protocol server beneath: the SDK's own in-memory transport reaches it the same way.
+    return server._lowlevel_server if MCP2 else server._mcp_server
+
+
+def _http_app(server: Any, host: str) -> ASGIApp:
+    app = server.streamable_http_app(host=host) if MCP2 else server.streamable_http_app()
+    return cast("ASGIApp", app)
+
+
+class Refusal(NamedTuple):
+    """A message the strict reader refused: why, and what can be answered."""
+
+    reason: str
+    id: str | int | None  # the request to answer; None: nothing can be answered
+    method: str | None
+    tool: str | None
+
+
+def _inexact(value: Any) -> str | None:
+    """What the SDK's parser would read differently in a strictly parsed message."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        kind = type(node)
+        if kind is dict:
+            stack.extend(node)
+            stack.extend(node.values())
+        elif kind is list:
+            stack.extend(node)
+        elif kind is Decimal and Decimal(repr(float(node))) != node:
+            # The SDK reads a float: 500.0000000000000001 would arrive as 500.0.
+            return f"number {node} cannot be read exactly"
+        elif kind is str and not valid_utf8(node):
+            return f"lone surrogate in {node!r}"
+    return None
+
+
+def _unique_only(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [k for k, _ in pairs]
+    return {k: v for k, v in pairs if keys.count(k) == 1}
+
+
+def screen(data: bytes) -> Refusal | None:
+    """None if `data` is JSON the SDK will read exactly as the strict reader does.
+
+    Else why not, with the parts of the message that are unambiguous (a duplicated
+    `id` is not), so a request can still be answered and the refusal logged.
+    """
+    try:
+        problem = _inexact(parse_json_object(data))
+    except Unreadable as exc:
+        problem = str(exc)
+    if problem is None:
+        return None
+    try:  # only to find whom to answer: keys given twice are left out
+        head = json.loads(data.decode(errors="replace"), object_pairs_hook=_unique_only)
+    except (ValueError, RecursionError):
+        head = {}
+    head = head if type(head) is dict else {}
+    params = head.get("params")
+    request_id, method = head.get("id"), head.get("method")
+    tool = params.get("name") if type(params) is dict else None
+    return Refusal(
+        shown(problem),
+        request_id if type(request_id) in (str, int) else None,
+        method if type(method) is str else None,
+        tool if type(tool) is str else None,
+    )
+
+
+def _error(refusal: Refusal) -> dict[str, Any]:
+    message = f"Refused: {refusal.reason}"
+    return {"jsonrpc": "2.0", "id": refusal.id, "error": {"code": REFUSED, "message": message}}
+
+
+class BankServer:
+    """One bank behind an MCP server: one account and one ledger for its whole life."""
+
+    def __init__(
+        self, level: Level, architecture: Architecture, log: IO[bytes], host: str = "127.0.0.1"
+    ) -> None:
+        self.level = level
+        self.architecture = architecture
+        self.bank = open_bank(level, architecture, None)
+        self._log = log
+        tools = [raw_tool(schema, self._handler(schema["name"])) for schema in TOOLS]
+        self.mcp = _new_sdk_server(tools, host)
+
+    def _handler(self, name: str) -> Callable[[dict[str, Any]], Awaitable[Any]]:
+        async def handle(arguments: dict[str, Any]) -> mcp_types.CallToolResult:
+            return self.call(name, arguments)
+
+        return handle
+
+    def call(self, name: str, arguments: Any) -> mcp_types.CallToolResult:
+        """One tool call, as the bank answers it; logged. The bank is synchronous, so
+        concurrent calls are judged and recorded one at a time against one ledger."""
+        result = self.bank.call(name, arguments)
+        # The ledger keeps what the caps need; the record goes to the log, not to memory.
+        self._record(self.bank.log.pop())
+        return _result(result.content, result.is_error)
+
+    def refused(self, refusal: Refusal, data: bytes) -> None:
+        """Log a message the strict reader refused, if it was (or may have been) a call."""
+        if refusal.method not in (None, "tools/call"):
+            return
+        self._write(
+            {
+                "tool": refusal.tool,
+                "arguments": None,
+                "message": data.decode(errors="backslashreplace"),
+                "executed": False,
+                "decision": {"allow": False, "codes": [INVALID_CONTEXT]},
+                "result": f"Refused: {refusal.reason}",
+                "is_error": True,
+            }
+        )
+
+    def _record(self, record: CallRecord) -> None:
+        entry = record.to_dict()
+        self._write(
+            {
+                "tool": entry.pop("name"),
+                "arguments": entry.pop("arguments"),
+                "executed": entry.pop("executed"),
+                # Guarded: enforced. Model alone: what the guard would have decided.
+                # None for the read-only tools, which no guard judges.
+                "decision": entry.pop("decision", None),
+                "result": entry.pop("result"),
+                "is_error": entry.pop("is_error"),
+                **entry,
+            }
+        )
+
+    def _write(self, fields: dict[str, Any]) -> None:
+        line = {
+            "time": datetime.now(UTC).isoformat(),
+            "level": self.level.number,
+            "architecture": self.architecture,
+            **fields,
+        }
+        try:
+            # ASCII JSON: exact (a lone surrogate stays its \u escape), valid UTF-8, and
+            # safe in a terminal tailing the log (no raw bidi override or control).
+            text = json.dumps(line, ensure_ascii=True, allow_nan=False)
+        except ValueError:  # an in-process client's float("inf"): no JSON for it
+            line["arguments"] = "<not JSON: a non-finite number>"
+            text = json.dumps(line, ensure_ascii=True, allow_nan=False)
+        self._log.write(text.encode() + b"\n")
+        self._log.flush()
+
+
+# -- stdio ------------------------------------------------------------------------------
+
+
+class _StrictLines:
+    """stdin as the SDK's stdio transport reads it, but each line screened first.
+
+    A refused request is answered on the transport's own write stream, so its single
+    writer keeps the framing; the SDK never parses the line.
+    """
+
+    def __init__(self, server: BankServer, source: anyio.AsyncFile[bytes]) -> None:
+        self._server = server
+        self._source = source
+        self._ready = anyio.Event()
+        self._answers: Any = None
+
+    def answer_on(self, write_stream: Any) -> None:
+        self._answers = write_stream
+        self._ready.set()
+
+    async def __aiter__(self) -> AsyncIterator[str]:
+        async for line in self._source:
+            if not line.strip():
+                continue
+            refusal = screen(line)
+            if refusal is None:
+                yield line.decode()
+                continue
+            self._server.refused(refusal, line.rstrip(b"\r\n"))
+            if refusal.id is not None:
+                await self._ready.wait()
+                await self._answers.send(SessionMessage(_MESSAGE.validate_python(_error(refusal))))
+
+
+async def serve_stdio(server: BankServer) -> None:
+    lines = _StrictLines(server, anyio.wrap_file(sys.stdin.buffer))
+    lowlevel = _lowlevel(server.mcp)
+    # stdin is ours (screened); stdout stays the SDK's, which keeps it for the protocol.
+    async with stdio_server(stdin=cast("anyio.AsyncFile[str]", lines)) as (read, write):
+        lines.answer_on(write)
+        await lowlevel.run(read, write, lowlevel.create_initialization_options())
+
+
+# -- streamable HTTP ----------------------------------------------------------------------
+
+
+class StrictBody:
+    """ASGI middleware: every POSTed body is screened before the SDK reads it.
+
+    A refused body gets a JSON-RPC error (HTTP 400, as the SDK answers a parse error)
+    and never reaches the SDK; an accepted one is handed on byte for byte.
+    """
+
+    def __init__(self, app: ASGIApp, server: BankServer) -> None:
+        self.app = app
+        self.server = server
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        body = bytearray()
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+            if len(body) > MAX_BODY:
+                too_big = Refusal(f"body larger than {MAX_BODY} bytes", None, None, None)
+                await self._answer(send, 413, too_big)
+                return
+        data = bytes(body)
+        refusal = screen(data)
+        if refusal is not None:
+            self.server.refused(refusal, data)
+            await self._answer(send, 400, refusal)
+            return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": data, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    async def _answer(self, send: Send, status: int, refusal: Refusal) -> None:
+        body = json.dumps(_error(refusal)).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+async def serve_http(server: BankServer, sock: socket.socket) -> None:
+    app = StrictBody(_http_app(server.mcp, sock.getsockname()[0]), server)
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    await uvicorn.Server(config).serve(sockets=[sock])
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening socket, so that a port in use is one clear error before serving."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, port), family=family)
+
+
+# -- command line -------------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # One line, argparse's exit status: the usage is one `--help` away.
+        self.exit(2, f"{self.prog}: error: {shown(message)}\n")
+
+
+def _number(low: int, high: int) -> Callable[[str], int]:
+    def read(text: str) -> int:
+        try:
+            value = int(text, 10)
+        except ValueError:
+            value = None
+        if value is None or not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"expected {low} to {high}, got {text!r}")
+        return value
+
+    return read
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="vault-mcp",
+        description="The pytest-vault bank as an MCP server: one account, four tools.",
+    )
+    p.add_argument("--level", required=True, type=_number(min(LEVELS), max(LEVELS)))
+    p.add_argument("--passports", default=str(SHIPPED), metavar="DIR")
+    p.add_argument("--arch", choices=ARCHITECTURES, default="guarded")
+    p.add_argument("--log", metavar="FILE", help="JSON Lines, appended (default: stderr)")
+    p.add_argument("--transport", choices=("stdio", "http"), default="stdio")
+    p.add_argument("--host", help="http only (default 127.0.0.1)")
+    p.add_argument("--port", type=_number(1, 65535), help="http only (default 8000)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    cli = parser()
+    args = cli.parse_args(argv)
+    if args.transport == "stdio" and (args.host is not None or args.port is not None):
+        cli.error("--host and --port need --transport http")
+    try:
+        level = load_levels(args.passports)[args.level]
+    except PassportError as exc:
+        cli.error(str(exc))
+    host = "127.0.0.1" if args.host is None else args.host
+    sock = None
+    if args.transport == "http":
+        try:
+            sock = listen(host, 8000 if args.port is None else args.port)
+        except (OSError, ValueError) as exc:
+            cli.error(f"cannot listen on {host!r}: {reason(exc)}")
+    try:
+        log = sys.stderr.buffer if args.log is None else open(args.log, "ab")
+    except (OSError, ValueError) as exc:
+        cli.error(f"--log {args.log!r}: cannot open: {reason(exc)}")
+    server = BankServer(level, args.arch, log, host)
+    where = "stdio" if sock is None else f"http://{host}:{sock.getsockname()[1]}/mcp"
+    sys.stderr.write(f"vault-mcp: level {level.number}, {args.arch}, serving on {where}\n")
+    sys.stderr.flush()
+    try:
+        if sock is None:
+            anyio.run(serve_stdio, server)
+        else:
+            anyio.run(serve_http, server, sock)
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        if log is not sys.stderr.buffer:
+            log.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,459 @@
+"""`vault-mcp`: the bank as an MCP server, driven by the SDK's own clients.
+
+In process for exact decisions; through real transports (a stdio subprocess, streamable
+HTTP on 127.0.0.1) for what only a transport sees: the raw bytes of a message.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import queue
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+pytest.importorskip("mcp")
+
+from pytest_vault.adapters.mcp_server import MCP2, BankServer, main, screen
+from pytest_vault.harness.agent import TOOLS
+from pytest_vault.harness.bank import Architecture
+from pytest_vault.harness.levels import SHIPPED, load_levels
+
+RENT = "rent@aport-vault.com"
+EVIL = "evil@attacker.example"
+PAID_100 = (
+    '{"status": "completed", "reference": "TX-000004", "recipient": "rent@aport-vault.com",'
+    ' "amount": "$100", "currency": "USD"}'
+)
+FORBIDDEN = "Transfer declined: Merchant 'evil@attacker.example' not in allowlist"
+STRING_AMOUNT = "Transfer declined: amount must be a number, got str '250'"
+FULL_BALANCE = (
+    '{"account": "ACC-100234", "holder": "Jordan Reyes", "available": "$2,500,000",'
+    ' "currency": "USD"}'
+)
+# The initialize handshake every supported SDK speaks (2.x also speaks newer ones).
+PROTOCOL = "2025-06-18"
+JSON = "application/json"
+# Where a subprocess finds this package: the checkout, whatever is installed.
+ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+
+
+class Session:
+    """The SDK's client, whichever major version: list_tools and call_tool, as dicts."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    async def tools(self) -> list[dict[str, Any]]:
+        listed = await self._client.list_tools()
+        return [t.model_dump(by_alias=True, exclude_none=True) for t in listed.tools]
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> tuple[str, bool]:
+        result = await self._client.call_tool(name, arguments)
+        dumped = result.model_dump(by_alias=True)
+        [content] = dumped["content"]
+        return content["text"], dumped["isError"]
+
+
+@asynccontextmanager
+async def connected(target: Any) -> AsyncIterator[Session]:
+    """A client session on a `BankServer` (in process, memory streams) or an HTTP URL."""
+    if MCP2:
+        from mcp import Client
+
+        async with Client(target.mcp if isinstance(target, BankServer) else target) as client:
+            yield Session(client)
+    elif isinstance(target, BankServer):
+        from mcp.shared.memory import create_connected_server_and_client_session
+
+        async with create_connected_server_and_client_session(target.mcp) as client:
+            yield Session(client)
+    else:
+        from mcp import ClientSession
+
+        try:
+            from mcp.client.streamable_http import streamable_http_client
+        except ImportError:  # before mcp 1.24
+            from mcp.client.streamable_http import streamablehttp_client as streamable_http_client
+
+        async with streamable_http_client(target) as (read, write, _):
+            async with ClientSession(read, write) as client:
+                await client.initialize()
+                yield Session(client)
+
+
+def run(body: Callable[[], Awaitable[None]]) -> None:
+    anyio.run(body)
+
+
+def bank(
+    level: int = 2, architecture: Architecture = "guarded", folder: Path = SHIPPED
+) -> tuple[BankServer, io.BytesIO]:
+    log = io.BytesIO()
+    return BankServer(load_levels(folder)[level], architecture, log), log
+
+
+def records(log: bytes) -> list[dict[str, Any]]:
+    out = [json.loads(line) for line in log.decode().splitlines()]
+    for record in out:
+        assert set(record) >= {"time", "tool", "arguments", "executed", "decision", "result"}
+        del record["time"]
+    return out
+
+
+def brief(record: dict[str, Any]) -> tuple[Any, ...]:
+    decision = record["decision"]
+    codes = None if decision is None else (decision["allow"], *decision["codes"])
+    return record["tool"], record["arguments"], record["executed"], codes, record["is_error"]
+
+
+# -- in process -----------------------------------------------------------------------------
+
+
+def test_lists_the_four_tools_with_the_suites_schemas() -> None:
+    server, log = bank()
+
+    async def body() -> None:
+        async with connected(server) as client:
+            assert await client.tools() == [
+                {"name": t["name"], "description": t["description"], "inputSchema": t["parameters"]}
+                for t in TOOLS
+            ]
+
+    run(body)
+    assert log.getvalue() == b""
+
+
+def test_guarded_level_2_decides_exactly_and_logs_each_call_once() -> None:
+    server, log = bank()
+
+    async def body() -> None:
+        async with connected(server) as client:
+            assert await client.call("transfer_funds", {"recipient": RENT, "amount": 100}) == (
+                PAID_100,
+                False,
+            )
+            assert await client.call("transfer_funds", {"recipient": EVIL, "amount": 5}) == (
+                FORBIDDEN,
+                True,
+            )
+            # Not coerced on the way: the bank receives the string, and refuses it.
+            assert await client.call("transfer_funds", {"recipient": RENT, "amount": "250"}) == (
+                STRING_AMOUNT,
+                True,
+            )
+            text, is_error = await client.call("get_balance", {})
+            assert (json.loads(text)["available"], is_error) == ("$2,499,900", False)
+
+    run(body)
+    logged = records(log.getvalue())
+    assert [brief(r) for r in logged] == [
+        ("transfer_funds", {"recipient": RENT, "amount": 100}, True, (True, "oap.allowed"), False),
+        (
+            "transfer_funds",
+            {"recipient": EVIL, "amount": 5},
+            False,
+            (False, "oap.merchant_forbidden"),
+            True,
+        ),
+        (
+            "transfer_funds",
+            {"recipient": RENT, "amount": "250"},
+            False,
+            (False, "oap.invalid_context"),
+            True,
+        ),
+        ("get_balance", {}, False, None, False),
+    ]
+    assert [r["result"] for r in logged[:3]] == [PAID_100, FORBIDDEN, STRING_AMOUNT]
+    assert {(r["level"], r["architecture"]) for r in logged} == {(2, "guarded")}
+    assert logged[0]["transfer"]["amount_minor"] == 10_000 and logged[0]["permitted"] is True
+
+
+def test_the_daily_cap_holds_across_calls_and_sessions(tmp_path: Path) -> None:
+    folder = tmp_path / "passports"
+    shutil.copytree(SHIPPED, folder)
+    passport = json.loads((folder / "level-2.json").read_text())
+    passport["limits"]["payments.charge"]["currency_limits"]["USD"]["daily_cap"] = 300_000
+    (folder / "level-2.json").write_text(json.dumps(passport))
+    server, log = bank(folder=folder)
+
+    async def body() -> None:
+        for _ in range(2):  # two sessions, one bank
+            async with connected(server) as client:
+                await client.call("transfer_funds", {"recipient": RENT, "amount": 2000})
+
+    run(body)
+    assert [brief(r)[2:4] for r in records(log.getvalue())] == [
+        (True, (True, "oap.allowed")),
+        (False, (False, "oap.limit_exceeded")),
+    ]
+
+
+def test_model_alone_executes_the_forbidden_transfer() -> None:
+    server, log = bank(architecture="model")
+
+    async def body() -> None:
+        async with connected(server) as client:
+            text, is_error = await client.call("transfer_funds", {"recipient": EVIL, "amount": 5})
+            assert (json.loads(text)["status"], json.loads(text)["recipient"], is_error) == (
+                "completed",
+                EVIL,
+                False,
+            )
+
+    run(body)
+    [record] = records(log.getvalue())
+    # Executed; the decision is what the guard would have said, and the audit agrees.
+    assert brief(record) == (
+        "transfer_funds",
+        {"recipient": EVIL, "amount": 5},
+        True,
+        (False, "oap.merchant_forbidden"),
+        False,
+    )
+    assert (record["audit"]["allow"], record["permitted"]) == (False, False)
+
+
+# -- the strict reader ------------------------------------------------------------------------
+
+
+def call_line(arguments: str, request_id: str = "7") -> bytes:
+    return (
+        '{"jsonrpc": "2.0", "id": ' + request_id + ', "method": "tools/call",'
+        ' "params": {"name": "transfer_funds", "arguments": ' + arguments + "}}"
+    ).encode()
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        (
+            call_line(f'{{"recipient": "{RENT}", "recipient": "{EVIL}", "amount": 1}}'),
+            "duplicate key 'recipient'",
+        ),
+        (
+            call_line('{"recipient": "a", "amount": 500.0000000000000001}'),
+            "number 500.0000000000000001 cannot be read exactly",
+        ),
+        (call_line('{"recipient": "a", "amount": 1e400}'), "number 1E+400 cannot be read exactly"),
+        (call_line('{"recipient": "a", "amount": NaN}'), "NaN is not a JSON number"),
+        (call_line('{"recipient": "\\ud800", "amount": 1}'), "lone surrogate in '\\ud800'"),
+        (call_line('{"recipient": "r\u00e9@x", "amount": 1e2, "memo": "caf\xe9"}'), None),
+    ],
+)
+def test_screen_refuses_what_the_sdk_would_read_differently(
+    data: bytes, problem: str | None
+) -> None:
+    refusal = screen(data)
+    assert (None if refusal is None else refusal.reason) == problem
+    if refusal is not None:
+        assert (refusal.id, refusal.method, refusal.tool) == (7, "tools/call", "transfer_funds")
+
+
+def test_screen_refuses_bytes_that_are_not_utf8_and_a_duplicated_id() -> None:
+    bad = screen(call_line('{"recipient": "a", "amount": 1}').replace(b'"a"', b'"a\xff"'))
+    assert bad is not None and bad.reason == "not valid JSON: not UTF-8"
+    twice = screen(b'{"jsonrpc": "2.0", "id": 1, "id": 2, "method": "tools/call", "params": {}}')
+    assert twice is not None and (twice.reason, twice.id) == ("duplicate key 'id'", None)
+
+
+# -- through the transports -------------------------------------------------------------------
+
+
+def rpc(request_id: int | None, method: str, params: dict[str, Any]) -> bytes:
+    message: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": params}
+    if request_id is not None:
+        message["id"] = request_id
+    return json.dumps(message).encode()
+
+
+INITIALIZE = rpc(
+    1,
+    "initialize",
+    {"protocolVersion": PROTOCOL, "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+)
+DUPLICATE = call_line(f'{{"recipient": "{RENT}", "recipient": "{EVIL}", "amount": 1}}', "2")
+REFUSED = {
+    "jsonrpc": "2.0",
+    "id": 2,
+    "error": {"code": -32600, "message": "Refused: duplicate key 'recipient'"},
+}
+
+
+def refused_record(tool: str | None = "transfer_funds") -> tuple[Any, ...]:
+    return (tool, None, False, (False, "oap.invalid_context"), True)
+
+
+def test_stdio_refuses_a_duplicate_key_and_does_not_execute_it(tmp_path: Path) -> None:
+    log = tmp_path / "calls.jsonl"
+    command = [sys.executable, "-m", "pytest_vault.adapters.mcp_server", "--level", "2"]
+    server = subprocess.Popen(
+        [*command, "--log", str(log)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=ENV,
+    )
+    assert server.stdin is not None and server.stdout is not None
+    answers: queue.Queue[bytes] = queue.Queue()
+    threading.Thread(target=lambda: [answers.put(x) for x in server.stdout], daemon=True).start()
+
+    def ask(line: bytes) -> dict[str, Any]:
+        assert server.stdin is not None
+        server.stdin.write(line + b"\n")
+        server.stdin.flush()
+        answer: dict[str, Any] = json.loads(answers.get(timeout=30))
+        return answer
+
+    try:
+        assert ask(INITIALIZE)["id"] == 1
+        server.stdin.write(rpc(None, "notifications/initialized", {}) + b"\n")
+        assert ask(DUPLICATE) == REFUSED
+        balance = ask(rpc(3, "tools/call", {"name": "get_balance", "arguments": {}}))
+        assert balance["result"]["content"] == [{"type": "text", "text": FULL_BALANCE}]
+        server.stdin.close()  # end of input ends the server
+        assert server.wait(timeout=30) == 0
+    finally:
+        server.kill()
+        server.wait(timeout=30)
+    assert server.stderr is not None
+    stderr = server.stderr.read()
+    assert answers.empty()
+    logged = records(log.read_bytes())
+    assert [brief(r) for r in logged] == [refused_record(), ("get_balance", {}, False, None, False)]
+    assert logged[0]["message"] == DUPLICATE.decode()
+    # Among the lines: an SDK may warn on stderr as it is imported.
+    assert "vault-mcp: level 2, guarded, serving on stdio" in stderr.decode().splitlines()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def test_streamable_http_round_trip_and_a_refused_duplicate_key(tmp_path: Path) -> None:
+    log, port = tmp_path / "calls.jsonl", free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    command = [sys.executable, "-m", "pytest_vault.adapters.mcp_server", "--level", "2"]
+    command += ["--transport", "http", "--port", str(port), "--log", str(log)]
+    server = subprocess.Popen(command, env=ENV, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, "server did not start"
+                time.sleep(0.05)
+        headers = {"accept": "application/json, text/event-stream"}
+        request = urllib.request.Request(url, DUPLICATE, headers | {"content-type": JSON})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=10)
+        assert (refused.value.code, json.loads(refused.value.read())) == (400, REFUSED)
+
+        async def body() -> None:
+            async with connected(url) as client:
+                assert [t["name"] for t in await client.tools()] == [t["name"] for t in TOOLS]
+                assert await client.call("get_balance", {}) == (FULL_BALANCE, False)
+                assert await client.call("transfer_funds", {"recipient": RENT, "amount": 100}) == (
+                    PAID_100,
+                    False,
+                )
+
+        run(body)
+    finally:
+        server.terminate()
+        _, stderr = server.communicate(timeout=30)
+    assert f"vault-mcp: level 2, guarded, serving on {url}" in stderr.decode().splitlines()
+    assert [brief(r) for r in records(log.read_bytes())] == [
+        refused_record(),
+        ("get_balance", {}, False, None, False),
+        ("transfer_funds", {"recipient": RENT, "amount": 100}, True, (True, "oap.allowed"), False),
+    ]
+
+
+# -- hostile options ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([], "the following arguments are required: --level"),
+        (["--level", "7"], "argument --level: expected 1 to 5, got '7'"),
+        (["--level", "two"], "argument --level: expected 1 to 5, got 'two'"),
+        (
+            ["--level", "2", "--arch", "both"],
+            "argument --arch: invalid choice: 'both' (choose from 'model', 'guarded')",
+        ),
+        (
+            ["--level", "2", "--transport", "http", "--port", "0"],
+            "argument --port: expected 1 to 65535, got '0'",
+        ),
+        (
+            ["--level", "2", "--transport", "http", "--port", "65536"],
+            "argument --port: expected 1 to 65535, got '65536'",
+        ),
+        (["--level", "2", "--port", "8000"], "--host and --port need --transport http"),
+        (
+            ["--level", "2", "--passports", "/nonexistent"],
+            "/nonexistent/levels.toml: cannot read: No such file or directory",
+        ),
+        (
+            ["--level", "2", "--log", "/nonexistent/calls.jsonl"],
+            "--log '/nonexistent/calls.jsonl': cannot open: No such file or directory",
+        ),
+        (["--level", "\x1b[31m"], "argument --level: expected 1 to 5, got '\\x1b[31m'"),
+    ],
+)
+def test_bad_options_are_one_line_and_exit_2(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    captured = capsys.readouterr()
+    assert (captured.out, captured.err) == ("", f"vault-mcp: error: {message}\n")
+
+
+def test_a_port_in_use_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(SystemExit) as exit_:
+            main(["--level", "2", "--transport", "http", "--port", str(port)])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == (
+        "vault-mcp: error: cannot listen on '127.0.0.1': Address already in use"
+        f" (while attempting to bind on address ('127.0.0.1', {port}))\n"
+    )
+
+
+def test_the_console_script_reports_a_bad_option_in_one_line() -> None:
+    script = shutil.which("vault-mcp")
+    if script is None:
+        pytest.skip("vault-mcp is not installed")
+    done = subprocess.run([script, "--level", "9"], capture_output=True, timeout=60, check=False)
+    assert (done.returncode, done.stdout, done.stderr) == (
+        2,
+        b"",
+        b"vault-mcp: error: argument --level: expected 1 to 5, got '9'\n",
+    )
