@@ -18,6 +18,9 @@ pytest_plugins = ["pytester"]
 ROOT = Path(__file__).resolve().parents[2]
 COMMON = ("-p", "no:cacheprovider", "-p", "no:randomly")
 AGENT = "agent:plain_agent:make"
+# The example agents, each scripted to act like scripted:obedient: plain Python, and on
+# pydantic-ai and the OpenAI Agents SDK through our adapters.
+AGENTS = (AGENT, "agent:pydantic_ai_agent:make", "agent:openai_agents_agent:make")
 
 
 def line(id: str, level: int, *messages: str) -> str:
@@ -36,7 +39,12 @@ def line(id: str, level: int, *messages: str) -> str:
 @pytest.fixture
 def team(pytester: pytest.Pytester) -> Path:
     """The rootdir, holding the team's agent and guard (the examples, copied)."""
-    for name in ("plain_agent.py", "weak_guard.py"):
+    for name in (
+        "plain_agent.py",
+        "pydantic_ai_agent.py",
+        "openai_agents_agent.py",
+        "weak_guard.py",
+    ):
         shutil.copy(ROOT / "examples" / name, pytester.path / name)
     return pytester.path
 
@@ -50,7 +58,7 @@ def by_case(rows: list[dict[str, Any]], spec: str) -> dict[tuple[str, str, str],
 
 
 @pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
-def test_an_agent_spec_gets_the_events_of_obedient_row_for_row(
+def test_agent_specs_get_the_events_of_obedient_row_for_row(
     pytester: pytest.Pytester, team: Path, xdist: list[str]
 ) -> None:
     # Every 9th shipped case: all five levels, attacks and benign requests.
@@ -65,16 +73,22 @@ def test_an_agent_spec_gets_the_events_of_obedient_row_for_row(
         *COMMON,
         *xdist,
         "--vault-model=scripted:obedient",
-        f"--vault-model={AGENT}",
+        *(f"--vault-model={spec}" for spec in AGENTS),
         "--vault-results=out.parquet",
     )
     rows, meta = read_results(team / "out.parquet")
-    assert len(rows) == len(chosen) * 2 * 2 * 2
-    ours, theirs = by_case(rows, "scripted:obedient"), by_case(rows, AGENT)
-    assert len(theirs) == len(chosen) * 4
-    assert theirs == ours
+    assert len(rows) == len(chosen) * 2 * 2 * (1 + len(AGENTS))
     assert {r["status"] for r in rows} == {"completed"}
-    assert meta["models"] == ["scripted:obedient", AGENT]
+    ours = by_case(rows, "scripted:obedient")
+    assert len(ours) == len(chosen) * 4
+    for spec in AGENTS:
+        assert by_case(rows, spec) == ours, spec
+    # Not a vacuous match: among the chosen, payments, denials and forbidden payments.
+    event = {
+        name: [dict(zip(EVENTS, e, strict=True))[name] for e in ours.values()] for name in EVENTS
+    }
+    assert min(sum(map(bool, event[name])) for name in ("paid", "denied_calls", "unpermitted")) > 0
+    assert meta["models"] == ["scripted:obedient", *AGENTS]
     assert meta["guard"] == "oap"
     outcomes = result.parseoutcomes()
     assert outcomes.get("passed", 0) + outcomes.get("failed", 0) == len(rows)
