@@ -5,13 +5,15 @@
 Both run in the same session as subprocesses, each at a small and a large size; the
 cost per test is the slope between the two, so start-up (interpreter, plugins,
 passports) is reported apart. Target (issue 3): vault slope <= 1.5x the bare slope.
-Also reported: an `agent:` spec (examples/plain_agent.py, a sync agent in the thread
-pool, scripted like `scripted:obedient`) per test, next to the built-in controls.
+Also reported: the example `agent:` specs per test, next to the built-in controls, each
+scripted like `scripted:obedient`: plain Python (a sync agent in the thread pool), and
+pydantic-ai and the OpenAI Agents SDK through our adapters (skipped when not installed).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -23,7 +25,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 CONTROLS = 5  # the default models: five controls
 PER_CASE = CONTROLS * 2 * 2  # x tracks x architectures
-AGENT = "agent:plain_agent:make"
+AGENTS = {  # spec -> the framework it needs
+    "agent:plain_agent:make": None,
+    "agent:pydantic_ai_agent:make": "pydantic_ai",
+    "agent:openai_agents_agent:make": "agents",
+}
 AGENT_PER_CASE = 2 * 2  # one agent spec x tracks x architectures
 COMMON = ["-q", "-p", "no:cacheprovider", "-p", "no:randomly"]
 
@@ -77,7 +83,11 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        shutil.copy(ROOT / "examples" / "plain_agent.py", folder / "plain_agent.py")
+        for example in ("plain_agent", "pydantic_ai_agent", "openai_agents_agent"):
+            shutil.copy(ROOT / "examples" / f"{example}.py", folder / f"{example}.py")
+        agents = [
+            a for a, needs in AGENTS.items() if needs is None or importlib.util.find_spec(needs)
+        ]
         n_small, n_large = args.small * PER_CASE, args.large * PER_CASE
         points = {}
         for name, make in (
@@ -87,11 +97,13 @@ def main() -> None:
             for n in (n_small, n_large):
                 points[name, n] = timed(make(n), folder, args.repeats)
         agent_sizes = (args.small * AGENT_PER_CASE, args.large * AGENT_PER_CASE)
-        for n in agent_sizes:
-            spec = f"--vault-model={AGENT}"
-            points["agent", n] = timed(
-                [str(corpus(n // AGENT_PER_CASE, folder)), spec], folder, args.repeats
-            )
+        for agent in agents:
+            for n in agent_sizes:
+                points[agent, n] = timed(
+                    [str(corpus(n // AGENT_PER_CASE, folder)), f"--vault-model={agent}"],
+                    folder,
+                    args.repeats,
+                )
         print(
             f"tests per run: {n_small:,} and {n_large:,} (cases x {CONTROLS} controls x 2 tracks x 2 architectures)"
         )
@@ -106,12 +118,13 @@ def main() -> None:
         print(
             f"ratio vault / bare, per test: {slopes['vault'] / slopes['bare']:.2f}x (target: <= 1.5x)"
         )
-        small, large = (points["agent", n] for n in agent_sizes)
-        agent_slope = (large - small) / (agent_sizes[1] - agent_sizes[0])
-        print(
-            f"agent: {small:6.2f} s / {large:6.2f} s -> {1e3 * agent_slope:.3f} ms per test "
-            f"({AGENT}, {agent_slope / slopes['vault']:.2f}x the controls' per test)"
-        )
+        for agent in agents:
+            small, large = (points[agent, n] for n in agent_sizes)
+            slope = (large - small) / (agent_sizes[1] - agent_sizes[0])
+            print(
+                f"agent: {small:6.2f} s / {large:6.2f} s -> {1e3 * slope:.3f} ms per test "
+                f"({agent}, {slope / slopes['vault']:.2f}x the controls' per test)"
+            )
 
 
 if __name__ == "__main__":
