@@ -172,6 +172,52 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="instead of evaluations, one syrupy snapshot test per case with calls "
         "(FILE::ID[decisions]): each call's decision under the level passports",
     )
+    # CI at real cost: a fair sample for pull requests, a gate against the last release,
+    # and a plan before spending.
+    add(
+        "--vault-sample",
+        type=int,
+        metavar="N",
+        help="run a stratified sample of N attacks (over level x category; after -k and "
+        "--vault-level); benign cases stay in full",
+    )
+    add(
+        "--vault-sample-benign",
+        type=int,
+        metavar="M",
+        help="also sample the benign cases down to M (default: all of them)",
+    )
+    add(
+        "--vault-seed",
+        type=int,
+        default=0,
+        metavar="S",
+        help="seed of the sample (default 0): the same seed, corpus and N, the same cases",
+    )
+    add(
+        "--vault-baseline",
+        metavar="RUN.parquet",
+        help="compare with the last release's results at the end; a significant "
+        "regression makes the exit status non-zero",
+    )
+    add(
+        "--vault-baseline-model",
+        metavar="SPEC",
+        help="the baseline's model to compare with, when it holds several",
+    )
+    add(
+        "--vault-baseline-any-corpus",
+        action="store_true",
+        help="compare even with a baseline run on another corpus version",
+    )
+    add(
+        "--vault-plan",
+        nargs="?",
+        const="text",
+        choices=("text", "json"),
+        help="collect, print what the run would cost (evaluations, requests, tokens, "
+        "cache, spend), and exit without asking any provider",
+    )
     parser.addini("vault_corpus_glob", "file name pattern of corpus files", default="*.jsonl")
 
 
@@ -195,6 +241,22 @@ def _options(config: pytest.Config) -> Options:
     ):
         if not 1 <= get(name) <= most:
             raise pytest.UsageError(f"--{name.replace('_', '-')} must be from 1 to {most}")
+    for name, low, high in (
+        ("vault_sample", 1, 10_000_000),
+        ("vault_sample_benign", 0, 10_000_000),
+        ("vault_seed", 0, 2**63 - 1),
+    ):
+        count = get(name)
+        if count is not None and not low <= count <= high:
+            raise pytest.UsageError(f"--{name.replace('_', '-')} must be from {low} to {high:,}")
+    for needs, given in (
+        ("vault_baseline", ("vault_baseline_model", "vault_baseline_any_corpus")),
+    ):
+        for name in given:
+            if get(name) and get(needs) is None:
+                raise pytest.UsageError(
+                    f"--{name.replace('_', '-')} needs --{needs.replace('_', '-')}"
+                )
     # nan compares false with everything: `x < 0` alone would let it switch a cap off.
     for name, least, strict in (
         ("vault_budget_usd", 0.0, False),
@@ -262,6 +324,13 @@ def _options(config: pytest.Config) -> Options:
         shard=shard,
         report=Path(get("vault_report")).resolve() if get("vault_report") else None,
         guard=guard,
+        sample=get("vault_sample"),
+        sample_benign=get("vault_sample_benign"),
+        seed=get("vault_seed"),
+        baseline=Path(get("vault_baseline")).resolve() if get("vault_baseline") else None,
+        baseline_model=get("vault_baseline_model"),
+        baseline_any_corpus=get("vault_baseline_any_corpus"),
+        plan=get("vault_plan"),
         rootdir=config.rootpath,
     )
 

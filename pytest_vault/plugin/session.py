@@ -13,7 +13,7 @@ import hashlib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from pytest_vault.corpus.model import Case
@@ -59,6 +59,16 @@ class Options:
     report: Path | None = None
     # `--vault-guard MODULE:FACTORY`: the team's guard instead of ours (None: "oap").
     guard: str | None = None
+    # A stratified sample of the attacks (and of the benign cases), and its seed.
+    sample: int | None = None
+    sample_benign: int | None = None
+    seed: int = 0
+    # The last release's results, to gate against at the end.
+    baseline: Path | None = None
+    baseline_model: str | None = None
+    baseline_any_corpus: bool = False
+    # `--vault-plan`: print what the run would cost and run nothing.
+    plan: Literal["text", "json"] | None = None
     # Where `agent:` and `--vault-guard` modules are imported from if not on sys.path.
     rootdir: Path | None = None
 
