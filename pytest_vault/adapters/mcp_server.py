@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import socket
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -66,6 +67,9 @@ NAME = "pytest-vault bank"
 REFUSED = -32600
 # The body of one HTTP request the strict reader will hold in memory.
 MAX_BODY = 4 * 1024 * 1024
+# Nesting the strict reader accepts: far more than any tool call needs, and below what
+# the SDKs' own parsers take (past that they drop a request unanswered, id and all).
+MAX_DEPTH = 64
 _MESSAGE: TypeAdapter[Any] = TypeAdapter(mcp_types.JSONRPCMessage)
 
 
@@ -138,16 +142,16 @@ class Refusal(NamedTuple):
 
 
 def _inexact(value: Any) -> str | None:
-    """What the SDK's parser would read differently in a strictly parsed message."""
-    stack = [value]
+    """What the SDK's parser would read differently (or not at all) in a parsed message."""
+    stack = [(value, 0)]
     while stack:
-        node = stack.pop()
+        node, depth = stack.pop()
         kind = type(node)
-        if kind is dict:
-            stack.extend(node)
-            stack.extend(node.values())
-        elif kind is list:
-            stack.extend(node)
+        if kind is dict or kind is list:
+            if depth == MAX_DEPTH:
+                return f"nested more than {MAX_DEPTH} levels"
+            children = [*node, *node.values()] if kind is dict else node
+            stack.extend((child, depth + 1) for child in children)
         elif kind is Decimal and Decimal(repr(float(node))) != node:
             # The SDK reads a float: 500.0000000000000001 would arrive as 500.0.
             return f"number {node} cannot be read exactly"
@@ -370,7 +374,8 @@ class StrictBody:
 
 async def serve_http(server: BankServer, sock: socket.socket) -> None:
     app = StrictBody(_http_app(server.mcp, sock.getsockname()[0]), server)
-    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    # No log config of uvicorn's own: its records go through the one-line handler too.
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", log_config=None)
     await uvicorn.Server(config).serve(sockets=[sock])
 
 
@@ -381,6 +386,28 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 # -- command line -------------------------------------------------------------------------
+
+
+class OneLine(logging.Formatter):
+    """A log record as one escaped line, never a traceback.
+
+    The SDKs log what a peer sent (mcp 1.x: an unknown tool's name, raw, and whole
+    pydantic error dumps): on a terminal that is hostile text. The JSON Lines log keeps
+    the calls; stderr gets the first line of each warning, escaped.
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        text, _, rest = record.getMessage().partition("\n")
+        if record.exc_info is not None and record.exc_info[1] is not None:
+            text += f" ({type(record.exc_info[1]).__name__})"
+        return f"vault-mcp: {record.levelname.lower()}: {shown(text)}{' [...]' if rest else ''}"
+
+
+def _log_to_stderr() -> None:
+    # Before the SDK server is built: its own logging set-up is then a no-op.
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(OneLine())
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])
 
 
 class _Parser(argparse.ArgumentParser):
@@ -437,6 +464,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log = sys.stderr.buffer if args.log is None else open(args.log, "ab")
     except (OSError, ValueError) as exc:
         cli.error(f"--log {args.log!r}: cannot open: {reason(exc)}")
+    _log_to_stderr()
     server = BankServer(level, args.arch, log, host)
     where = "stdio" if sock is None else f"http://{host}:{sock.getsockname()[1]}/mcp"
     sys.stderr.write(f"vault-mcp: level {level.number}, {args.arch}, serving on {where}\n")

@@ -114,6 +114,11 @@ class Loader:
 
 
 # -- the team's guard ------------------------------------------------------------------
+def _is_async(fn: Callable[..., Any]) -> bool:
+    # A coroutine function, or an object whose __call__ is one.
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
+
+
 class TeamGuard:
     """One evaluation's team guard as the bank's screen: it never raises, fails closed."""
 
@@ -136,7 +141,10 @@ class TeamGuard:
         except Exception as exc:  # noqa: BLE001 - e.g. nested too deep: never executed
             return self._failed(tool, f"could not be shown the arguments ({type(exc).__name__})")
         try:
-            answer = self._check(tool, probe)
+            if _is_async(self._check):
+                answer = await self._check(tool, probe)
+            else:  # off the loop: a guard's I/O (a ledger's lock) must not stall the run
+                answer = await asyncio.to_thread(self._check, tool, probe)
             if inspect.isawaitable(answer):
                 answer = await answer
         except Exception as exc:  # noqa: BLE001 - fail closed, and say so
@@ -193,6 +201,7 @@ class AgentContext:
         self._lock = asyncio.Lock()  # one call at a time: the log keeps the agent's order
         self._calls = 0  # tool calls for the current user message
         self._open = True
+        self._running: asyncio.Task[Any] | None = None  # the call being judged, if any
         self.truncated = False
         self.steps = 0
 
@@ -201,6 +210,10 @@ class AgentContext:
 
     def _close(self) -> None:
         self._open = False
+        if self._running is not None:
+            # A call still being judged (a timed-out sync agent's) never executes after
+            # the row is taken: cancelled before the bank runs it, it is not run at all.
+            self._running.cancel()
 
     async def call_tool(self, name: str, arguments: dict[str, Any] | str) -> ToolResult:
         """Run one tool call in this evaluation's bank; raises `StepLimit` past the bound."""
@@ -216,7 +229,11 @@ class AgentContext:
                 raise StepLimit(f"step bound reached: {self._max_steps} tool calls per message")
             self._calls += 1
             self.steps += 1
-            return await self._bank.acall(name, arguments)
+            self._running = asyncio.current_task()
+            try:
+                return await self._bank.acall(name, arguments)
+            finally:
+                self._running = None
 
     def call_tool_sync(self, name: str, arguments: dict[str, Any] | str) -> ToolResult:
         """`call_tool` for a sync agent (in its thread); refused on the loop's thread."""

@@ -204,6 +204,35 @@ def test_the_daily_cap_holds_across_calls_and_sessions(tmp_path: Path) -> None:
     ]
 
 
+def test_concurrent_calls_of_two_sessions_hold_the_daily_cap_exactly(tmp_path: Path) -> None:
+    folder = tmp_path / "passports"
+    shutil.copytree(SHIPPED, folder)
+    passport = json.loads((folder / "level-2.json").read_text())
+    passport["limits"]["payments.charge"]["currency_limits"]["USD"]["daily_cap"] = 100_000
+    (folder / "level-2.json").write_text(json.dumps(passport))
+    server, log = bank(folder=folder)
+    answers: list[bool] = []
+
+    async def pays(session: Session) -> None:
+        _, is_error = await session.call("transfer_funds", {"recipient": RENT, "amount": 100})
+        answers.append(is_error)
+
+    async def body() -> None:
+        async with connected(server) as one, connected(server) as two:
+            async with anyio.create_task_group() as group:
+                for n in range(20):  # $2,000 asked at once against a $1,000 cap
+                    group.start_soon(pays, (one, two)[n % 2])
+
+    run(body)
+    logged = [brief(r)[2:4] for r in records(log.getvalue())]
+    assert (
+        sorted(logged)
+        == [(False, (False, "oap.limit_exceeded"))] * 10 + [(True, (True, "oap.allowed"))] * 10
+    )
+    assert sorted(answers) == [False] * 10 + [True] * 10
+    assert server.bank.balance_minor == 250_000_000 - 100_000
+
+
 def test_model_alone_executes_the_forbidden_transfer() -> None:
     server, log = bank(architecture="model")
 
@@ -253,6 +282,10 @@ def call_line(arguments: str, request_id: str = "7") -> bytes:
         (call_line('{"recipient": "a", "amount": 1e400}'), "number 1E+400 cannot be read exactly"),
         (call_line('{"recipient": "a", "amount": NaN}'), "NaN is not a JSON number"),
         (call_line('{"recipient": "\\ud800", "amount": 1}'), "lone surrogate in '\\ud800'"),
+        # The message is level 0, so arguments are level 2: a memo of 61 nested lists is
+        # the deepest accepted; one more and no SDK would even answer it.
+        (call_line(f'{{"memo": {"[" * 61}{"]" * 61}}}'), None),
+        (call_line(f'{{"memo": {"[" * 62}{"]" * 62}}}'), "nested more than 64 levels"),
         (call_line('{"recipient": "r\u00e9@x", "amount": 1e2, "memo": "caf\xe9"}'), None),
     ],
 )
@@ -339,6 +372,53 @@ def test_stdio_refuses_a_duplicate_key_and_does_not_execute_it(tmp_path: Path) -
     assert logged[0]["message"] == DUPLICATE.decode()
     # Among the lines: an SDK may warn on stderr as it is imported.
     assert "vault-mcp: level 2, guarded, serving on stdio" in stderr.decode().splitlines()
+
+
+def test_stdio_keeps_stderr_one_escaped_line_each_and_answers_a_deep_message(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "calls.jsonl"
+    command = [sys.executable, "-m", "pytest_vault.adapters.mcp_server", "--level", "2"]
+    server = subprocess.Popen(
+        [*command, "--log", str(log)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=ENV,
+    )
+    hostile = "wire\u202e\x1b[31m"
+    deep = call_line(f'{{"memo": {"[" * 70}{"]" * 70}}}', "3")
+    lines = [
+        INITIALIZE,
+        rpc(None, "notifications/initialized", {}),
+        rpc(2, "tools/call", {"name": hostile, "arguments": {}}),
+        deep,
+        rpc(4, "tools/call", {"nam": "get_balance"}),
+    ]
+    try:  # end of input ends the server, once it has answered
+        out, err = server.communicate(b"".join(line + b"\n" for line in lines), timeout=30)
+    finally:
+        server.kill()
+        server.wait(timeout=30)
+    answers = {a["id"]: a for a in map(json.loads, out.splitlines())}
+    assert sorted(answers) == [1, 2, 3, 4]
+    assert answers[2]["result"]["content"][0]["text"] == f"Unknown tool: {hostile}"
+    assert answers[3] == {
+        "jsonrpc": "2.0",
+        "id": 3,
+        "error": {"code": -32600, "message": "Refused: nested more than 64 levels"},
+    }
+    assert answers[4]["error"]["code"] == -32602
+    assert [brief(r) for r in records(log.read_bytes())] == [refused_record()]
+    # What the SDK logs of a peer's message (mcp 1.x: the tool's name, raw; pydantic's
+    # error dumps) reaches the terminal escaped, one line each: no dump, no traceback.
+    lines = err.decode().splitlines()
+    assert all(line.isprintable() and not line[:1].isspace() for line in lines), lines
+    if not MCP2:
+        assert (
+            "vault-mcp: warning: Tool 'wire\\u202e\\x1b[31m' not listed, no validation will be"
+            " performed"
+        ) in lines
 
 
 def free_port() -> int:

@@ -563,3 +563,86 @@ def test_an_agents_own_timeout_error_is_named_as_its_own(
 
     r = run(case(2), lambda ctx: Raises(), pool, reply_timeout=5)
     assert (r["status"], r["error"]) == ("error", "TimeoutError: the agent's HTTP client gave up")
+
+
+async def _slowly_allows(tool: str, arguments: Any) -> bool:
+    await asyncio.sleep(0.3)
+    return True
+
+
+class PaysSync:
+    def __init__(self, ctx: AgentContext) -> None:
+        self.ctx = ctx
+
+    def reply(self, message: str) -> str:
+        return self.ctx.call_tool_sync(*pay("evil@x.test")).content
+
+
+def test_a_call_still_being_judged_when_the_reply_times_out_never_executes(
+    pool: concurrent.futures.ThreadPoolExecutor,
+) -> None:
+    level = LEVELS[2]
+
+    async def body() -> tuple[dict[str, Any], list[Any]]:
+        ev = await evaluate_agent(
+            case(2),
+            level,
+            "agent:t:make",
+            Loader.of("agent:t:make", PaysSync),
+            "A",
+            "guarded",
+            pool=pool,
+            max_steps=8,
+            reply_timeout=0.1,
+            screen=screen_maker(Loader.of("g", lambda n, path: _slowly_allows), level),
+        )
+        taken = row(ev)
+        await asyncio.sleep(0.5)  # the run goes on with other evaluations
+        return taken, list(ev.log)
+
+    taken, log = asyncio.run(body())
+    assert (taken["status"], taken["error"], calls_of(taken)) == (
+        "error",
+        "reply timed out after 0.1 s",
+        [],
+    )
+    assert log == []  # nothing executed after the row was taken
+
+
+def test_a_sync_guard_runs_off_the_event_loop_and_an_async_one_on_it(
+    pool: concurrent.futures.ThreadPoolExecutor,
+) -> None:
+    """A sync check may block (a production guard's SQLite ledger waits on its lock):
+    it must not stall every other evaluation, so it runs in a thread."""
+    level = LEVELS[2]
+    threads: dict[str, int] = {}
+
+    def sync_check(tool: str, arguments: Any) -> bool:
+        threads["sync"] = threading.get_ident()
+        return True
+
+    class AsyncCheck:  # an object whose __call__ is a coroutine function
+        async def __call__(self, tool: str, arguments: Any) -> bool:
+            threads["async"] = threading.get_ident()
+            return True
+
+    async def body(check: Any) -> dict[str, Any]:
+        threads["loop"] = threading.get_ident()
+        ev = await evaluate_agent(
+            case(2),
+            level,
+            "agent:t:make",
+            Loader.of("agent:t:make", sends(pay())),
+            "A",
+            "guarded",
+            pool=pool,
+            max_steps=8,
+            screen=screen_maker(Loader.of("g", lambda n, path: check), level),
+        )
+        return row(ev)
+
+    for check in (sync_check, AsyncCheck()):
+        r = asyncio.run(body(check))
+        assert [c["executed"] for c in calls_of(r)] == [True]
+    assert threads["sync"] != threads["loop"]
+    assert threads["async"] == threads["loop"]
