@@ -35,6 +35,36 @@ def group_key(item: pytest.Item) -> str:
     return item.nodeid
 
 
+def apply_sample(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`--vault-sample` / `--vault-sample-benign`: keep the sampled cases, each with all
+    of its items (models x tracks x architectures, or its decision test), and record the
+    sample. Runs on the items left by -k, -m and --vault-level, before the shard, so that
+    every worker, shard and machine computes the same sample from the same corpus."""
+    vault = vault_of(config)
+    opts = vault.options
+    if opts.sample is None and opts.sample_benign is None:
+        return
+    from pytest_vault.corpus.sample import choose
+
+    # Vault tests (evaluations and decision tests) are the items that carry a case.
+    cases: dict[tuple[str, str], Case] = {}
+    places: list[tuple[str, str] | None] = []
+    for item in items:
+        case = getattr(item, "case", None)
+        places.append((item.path.name, case.id) if isinstance(case, Case) else None)
+        if isinstance(case, Case):
+            cases[item.path.name, case.id] = case
+    if not cases:
+        return
+    kept, record = choose(cases, opts.sample, opts.sample_benign, opts.seed)
+    vault.sample = record.model_dump()
+    keep = [where is None or where in kept for where in places]
+    if not all(keep):
+        pairs = list(zip(items, keep, strict=True))
+        config.hook.pytest_deselected(items=[item for item, k in pairs if not k])
+        items[:] = [item for item, k in pairs if k]
+
+
 class VaultFailure(Exception):
     """A test outcome explained in one message, without a traceback."""
 

@@ -41,6 +41,7 @@ from pytest_vault.report.results import (
     missing_shards,
     write_table,
 )
+from pytest_vault.report.summary import sample_line
 from pytest_vault.report.tables import RESAMPLES, SEED, Analysis, Bootstrap, merged_metadata
 
 
@@ -156,7 +157,9 @@ def _run(loaded: Loaded, args: argparse.Namespace) -> None:
         with _writing(args.out):
             write_csv(result, args.out)
     else:
-        sys.stdout.write(render_text(result))
+        sample = metadata.get("sample")  # a sampled run says so above its tables
+        head = f"{shown(sample_line(sample))}\n\n" if sample else ""
+        sys.stdout.write(head + render_text(result))
     if page is not None:
         _write(args.html, page)
 

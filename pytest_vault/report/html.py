@@ -14,6 +14,7 @@ from typing import Any
 
 from pytest_vault.guard.text import shown
 from pytest_vault.report.results import scrubbed, to_table
+from pytest_vault.report.summary import sample_line
 from pytest_vault.report.tables import TITLES, Analysis, Table, merged_metadata
 
 COLORS = {
@@ -206,6 +207,8 @@ code{background:#f6f8fa;padding:0 3px;border-radius:3px}
 def render(result: Mapping[str, Table], transfers: Table, metadata: Mapping[str, Any]) -> str:
     metadata = scrubbed(metadata)  # whatever the caller passes: no URL secret is shown
     models = ", ".join(metadata.get("models", [])) or "-"
+    record = metadata.get("sample")
+    sample = f'<p class="meta">{esc(sample_line(record))}</p>' if record else ""
     sections = [
         f'<section><h2 id="{esc(name)}">{esc(TITLES.get(name, name))}</h2>{html_table(rows)}</section>'
         for name, rows in result.items()
@@ -223,7 +226,7 @@ def render(result: Mapping[str, Table], transfers: Table, metadata: Mapping[str,
 <h1>pytest-vault report</h1>
 <p class="meta">Models: {esc(models)} · corpus {esc(str(metadata.get("corpus_digest", "-"))[:19])} · pytest-vault {esc(metadata.get("pytest_vault_version", "-"))}.
 Rates are over completed evaluations; intervals are 95% percentile bootstraps over attacker sessions; a zero carries its exact one-sided 95% bound
-(<code>upper_bound_eval</code>) and the per-session rule of three (<code>upper_bound_session</code>). Highlighted rows are incomplete cells.</p>
+(<code>upper_bound_eval</code>) and the per-session rule of three (<code>upper_bound_session</code>). Highlighted rows are incomplete cells.</p>{sample}
 <div class="figures">{"".join(figures(result))}</div>
 {"".join(sections)}
 </body></html>

@@ -32,6 +32,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 from typing_extensions import TypedDict  # pydantic reads only this one on 3.11
 
+from pytest_vault.corpus.sample import SampleRecord
 from pytest_vault.guard.passport import DuplicateKey, describe, unique_keys
 from pytest_vault.guard.text import scrub_url, scrub_urls, shown, stored
 from pytest_vault.harness.events import COLUMNS
@@ -232,6 +233,7 @@ class Metadata(BaseModel):
     base_url: StrictStr | None = None
     corpus_digest: StrictStr | None = None
     pytest_vault_version: StrictStr | None = None
+    sample: SampleRecord | None = None  # files before samples: no sample, the run in full
 
     @field_validator("shard", mode="before")
     @classmethod
@@ -427,6 +429,7 @@ def load(paths: Sequence[Path]) -> Loaded:
         metadata.append(meta)
         sources.append((shown(path), table.num_rows))
     _same_passports(metadata, [name for name, _ in sources])
+    _same_sample(metadata, [name for name, _ in sources])
     merged = pa.concat_tables(tables) if tables else SCHEMA.empty_table()
     keys = pa.Table.from_arrays([merged[k] for k in SORT_KEY], names=list(SORT_KEY))
     if keys.group_by(list(SORT_KEY)).aggregate([]).num_rows != merged.num_rows:
@@ -455,6 +458,25 @@ def _same_passports(metadata: Sequence[Mapping[str, Any]], names: Sequence[str])
                     f"{name} and {other} were run under different passports (passports."
                     f"{shown(key)}): re-score one with `vault-report rescore` instead of merging"
                 )
+
+
+def _same_sample(metadata: Sequence[Mapping[str, Any]], names: Sequence[str]) -> None:
+    """Rows of different samples (or of a sample and a whole run) cannot be pooled: the
+    tables would compare models, and shards, on different attacks."""
+    first = metadata[0].get("sample") if metadata else None
+    for name, meta in zip(names[1:], metadata[1:], strict=True):
+        sample = meta.get("sample")
+        if sample == first:
+            continue
+        if sample is None or first is None:
+            fields = "one is a sample, the other is not"
+        else:
+            keys = sorted(set(sample) | set(first))
+            fields = ", ".join(f"sample.{k}" for k in keys if sample.get(k) != first.get(k))
+        raise ReportError(
+            f"{name} and {names[0]} ran different samples ({shown(fields)}): merge shards of "
+            "one run, or runs of the same sample"
+        )
 
 
 def missing_shards(metadata: Sequence[Mapping[str, Any]], most: int = 10) -> list[str]:

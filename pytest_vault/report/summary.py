@@ -110,8 +110,28 @@ def _keys(rows: Iterable[Row]) -> list[tuple[str, str]]:
     )
 
 
-def render(rows: Sequence[Row]) -> list[str]:
-    """The summary as lines of text."""
+def sample_line(sample: Mapping[str, Any]) -> str:
+    """`Sample: 50 of 400 attacks, all 52 benign (seed 0, ids sha256:...)`: a record of
+    `pytest_vault.corpus.sample.SampleRecord`."""
+
+    def part(kept: int, of: int, asked: int | None, what: str, option: str) -> str:
+        if asked is None:
+            return f"all {of:,} {what}"
+        if asked >= of:
+            return f"all {of:,} {what} ({option} {asked:,} >= {of:,})"
+        return f"{kept:,} of {of:,} {what}"
+
+    s = sample
+    parts = [part(s["attacks"], s["of"], s["asked"], "attacks", "--vault-sample")]
+    if s["benign_of"]:
+        parts.append(
+            part(s["benign"], s["benign_of"], s["benign_asked"], "benign", "--vault-sample-benign")
+        )
+    return f"Sample: {', '.join(parts)} (seed {s['seed']}, ids {shown(s['ids_digest'])})"
+
+
+def render(rows: Sequence[Row], sample: Mapping[str, Any] | None = None) -> list[str]:
+    """The summary as lines of text; `sample`: the run's sample record, if it is one."""
     attacks = [r for r in rows if r["kind"] == "attack"]
     benign = [r for r in rows if r["kind"] == "benign"]
     errors = sum(r["status"] == "error" for r in rows)
@@ -123,6 +143,8 @@ def render(rows: Sequence[Row]) -> list[str]:
         f"{errors} errors and {not_run} not run (kept out of every rate)"
         + (f"; {blocked} input blocked by the provider (no transfer)" if blocked else "")
     ]
+    if sample is not None:
+        lines.append(sample_line(sample))
     theirs = sorted({str(r["guard"]) for r in rows if r.get("guard") not in (None, "oap")})
     if theirs:
         lines.append(
