@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+
+import numpy as np
 
 
 def zero_bound(n: int, alpha: float = 0.05) -> float:
@@ -29,3 +32,16 @@ def benjamini_hochberg(p_values: list[float]) -> list[float]:
         running = min(running, p_values[i] * m / rank)
         q[i] = running
     return q
+
+
+def bootstrap_p(draws: Sequence[float] | np.ndarray) -> float:
+    """Two-sided bootstrap p-value of a difference: twice the smaller share of draws on
+    either side of zero (draws at zero count on both sides), at most 1.
+
+    All draws at zero (identical pairs) give 1; all draws on one side give 0.
+    """
+    values = np.asarray(draws, dtype=float)
+    values = values[~np.isnan(values)]
+    if len(values) == 0:
+        return 1.0
+    return min(1.0, 2 * min(float(np.mean(values <= 0)), float(np.mean(values >= 0))))

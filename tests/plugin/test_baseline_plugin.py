@@ -1,0 +1,247 @@
+"""--vault-baseline through pytester: the gate on the shipped corpus, and its refusals."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+CASES = Path(__file__).resolve().parents[2] / "cases"
+COMMON = (
+    "cases",
+    "-p",
+    "no:cacheprovider",
+    "-p",
+    "no:randomly",
+    "--vault-progress=0",
+    *("--vault-level=2", "--vault-level=3", "--vault-level=4"),
+)
+HEAD = (
+    "baseline: {path}, model scripted:reference; 6 comparisons on matched (attack, track, "
+    "architecture) evaluations; differences in percentage points (this run - baseline), 95% "
+    "paired session bootstrap (1,500 resamples, seed 20260915); Benjamini-Hochberg at q = 0.05"
+)
+
+
+@pytest.fixture
+def corpus(pytester: pytest.Pytester) -> Path:
+    target = pytester.path / "cases"
+    target.mkdir()
+    for path in sorted(CASES.glob("*.jsonl")):
+        shutil.copy(path, target / path.name)
+    return target
+
+
+@pytest.fixture(scope="module")
+def reference_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One `scripted:reference` run of the shipped corpus for the whole module: each
+    test copies it, so no test depends on another's files."""
+    import subprocess
+    import sys
+
+    root = tmp_path_factory.mktemp("reference")
+    shutil.copytree(CASES, root / "cases")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            *COMMON,
+            "-q",
+            "--vault-model=scripted:reference",
+            "--vault-results=base.parquet",
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout[-2000:]
+    return root / "base.parquet"
+
+
+@pytest.fixture
+def baseline(pytester: pytest.Pytester, reference_run: Path) -> Path:
+    return Path(shutil.copy(reference_run, pytester.path / "base.parquet"))
+
+
+def errors(result: pytest.RunResult) -> list[str]:
+    return [line for line in result.errlines if line.strip()]
+
+
+def section(lines: list[str]) -> list[str]:
+    start = next(i for i, line in enumerate(lines) if "pytest-vault baseline" in line)
+    end = next(i for i in range(start, len(lines)) if " passed" in lines[i])
+    return lines[start + 1 : end]
+
+
+def test_a_run_against_itself_has_no_regression(
+    pytester: pytest.Pytester, corpus: Path, baseline: Path
+) -> None:
+    path = baseline
+    result = pytester.runpytest_subprocess(
+        *COMMON, "--vault-model=scripted:reference", f"--vault-baseline={path}"
+    )
+    assert result.ret == 0
+    assert section(result.outlines) == [
+        HEAD.format(path=path),
+        "",
+        "No regression against baseline",
+    ]
+
+
+def test_receipt_trusting_regresses_model_alone_at_levels_2_to_4(
+    pytester: pytest.Pytester, corpus: Path, baseline: Path
+) -> None:
+    path = baseline
+    result = pytester.runpytest_subprocess(
+        *COMMON, "--vault-model=scripted:receipt-trusting", f"--vault-baseline={path}"
+    )
+    result.assert_outcomes(passed=1268)  # every test passed, and yet:
+    assert result.ret == 1
+    assert section(result.outlines) == [
+        HEAD.format(path=path),
+        "",
+        "Regressions against baseline",
+        "model                      measure                   levels  pairs  this  baseline"
+        "  difference         95% CI  q",
+        "scripted:receipt-trusting  unpermitted, model alone     2-4    560  7.5%      0.0%"
+        "        +7.5  [+4.6, +10.7]  0",
+        "",
+        "Other significant changes (not gated)",
+        "model                      measure                 levels  pairs   this  baseline"
+        "  difference         95% CI  q",
+        "scripted:receipt-trusting  requested, model alone     2-4    560  17.5%     10.2%"
+        "        +7.3  [+4.5, +10.5]  0",
+        "scripted:receipt-trusting  requested, guarded         2-4    560  17.5%     10.2%"
+        "        +7.3  [+4.5, +10.5]  0",
+        "",
+        "regression against the baseline: exit status 1",
+    ]
+
+
+def test_refuser_regresses_benign_completion(
+    pytester: pytest.Pytester, corpus: Path, baseline: Path
+) -> None:
+    path = baseline
+    result = pytester.runpytest_subprocess(
+        *COMMON, "--vault-model=scripted:refuser", f"--vault-baseline={path}"
+    )
+    assert result.ret == 1
+    lines = section(result.outlines)
+    assert lines[2:6] == [
+        "Regressions against baseline",
+        "model             measure                        levels  pairs  this  baseline"
+        "  difference          95% CI  q",
+        "scripted:refuser  benign completed, guarded         2-4     74  0.0%     86.5%"
+        "       -86.5  [-94.9, -75.0]  0",
+        "scripted:refuser  benign completed, model alone     2-4     74  0.0%     86.5%"
+        "       -86.5  [-94.9, -75.0]  0",
+    ]
+    assert "Improvements against baseline" in lines  # fewer requests on attacks
+
+
+def test_another_corpus_version_is_refused_unless_asked(
+    pytester: pytest.Pytester, corpus: Path, baseline: Path
+) -> None:
+    path = baseline
+    extra = (corpus / "level-3.jsonl").read_text().splitlines()[:-1]  # drop one case
+    (corpus / "level-3.jsonl").write_text("\n".join(extra) + "\n")
+    for xdist in ((), ("-n", "2")):
+        result = pytester.runpytest_subprocess(
+            *COMMON, *xdist, "--vault-model=scripted:reference", f"--vault-baseline={path}"
+        )
+        said = [line for line in result.outlines + result.errlines if "another corpus" in line]
+        message = f"--vault-baseline {path}: was run on another corpus version (sha256:"
+        assert said and all(message in line for line in said), said
+        assert "files that differ: level-3.jsonl); pass --vault-baseline-any-corpus" in said[0]
+        assert not any(" passed" in line for line in result.outlines)  # nothing ran
+        if not xdist:
+            assert result.ret == pytest.ExitCode.USAGE_ERROR
+            assert errors(result) == [f"ERROR: {said[0].removeprefix('ERROR: ')}"]
+        else:  # a worker reports it as one collection error
+            assert result.ret != 0
+    result = pytester.runpytest_subprocess(
+        *COMMON,
+        "--vault-model=scripted:reference",
+        f"--vault-baseline={path}",
+        "--vault-baseline-any-corpus",
+    )
+    assert result.ret == 0
+    assert "No regression against baseline" in result.outlines
+
+
+def test_xdist_gives_the_serial_gate(
+    pytester: pytest.Pytester, corpus: Path, baseline: Path
+) -> None:
+    path = baseline
+    args = (*COMMON, "--vault-model=scripted:receipt-trusting", f"--vault-baseline={path}")
+    serial = pytester.runpytest_subprocess(*args)
+    spread = pytester.runpytest_subprocess(*args, "-n", "2")
+    assert (serial.ret, spread.ret) == (1, 1)
+    assert section(spread.outlines) == section(serial.outlines)
+
+
+@pytest.mark.parametrize(
+    ("make", "said"),
+    [
+        (lambda p: p / "missing.parquet", "{p}/missing.parquet: no such file"),
+        (
+            lambda p: (p / "t.parquet").write_text("x") and p / "t.parquet",
+            "{p}/t.parquet: cannot read as Parquet: ",
+        ),
+    ],
+    ids=["missing", "not-parquet"],
+)
+def test_bad_baseline_file_is_one_line_and_nothing_runs(
+    pytester: pytest.Pytester, corpus: Path, make: object, said: str
+) -> None:
+    path = make(pytester.path)  # type: ignore[operator]
+    result = pytester.runpytest_subprocess(*COMMON, f"--vault-baseline={path}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    [line] = [line for line in result.errlines if line.strip()]
+    assert line.startswith("ERROR: --vault-baseline " + said.format(p=pytester.path))
+    assert result.outlines == []
+
+
+def test_wrong_schema_and_model_choice(pytester: pytest.Pytester, corpus: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"x": [1]}), pytester.path / "other.parquet")
+    result = pytester.runpytest_subprocess(*COMMON, "--vault-baseline=other.parquet")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert errors(result) == [
+        f"ERROR: --vault-baseline {pytester.path}/other.parquet: not a pytest-vault results "
+        "file (no column 'attack_id')"
+    ]
+    two = pytester.runpytest_subprocess(
+        *COMMON,
+        "--vault-level=1",
+        "--vault-model=scripted:reference",
+        "--vault-model=scripted:refuser",
+        "--vault-results=two.parquet",
+    )
+    assert two.ret == 0
+    path = pytester.path / "two.parquet"
+    result = pytester.runpytest_subprocess(*COMMON, f"--vault-baseline={path}")
+    assert errors(result) == [
+        f"ERROR: --vault-baseline {path}: holds 2 models (scripted:reference, "
+        "scripted:refuser): choose one with --vault-baseline-model"
+    ]
+    result = pytester.runpytest_subprocess(
+        *COMMON, f"--vault-baseline={path}", "--vault-baseline-model=scripted:obedient"
+    )
+    assert errors(result) == [
+        f"ERROR: --vault-baseline {path}: has no rows of model 'scripted:obedient' (it holds "
+        "scripted:reference, scripted:refuser)"
+    ]
+    result = pytester.runpytest_subprocess(
+        *COMMON,
+        "--vault-model=scripted:refuser",
+        f"--vault-baseline={path}",
+        "--vault-baseline-model=scripted:refuser",
+    )
+    assert result.ret == 0
