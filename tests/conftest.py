@@ -19,6 +19,15 @@ OAP_REFERENCE = Path(
 CHARGE_TESTS = OAP_REFERENCE / "aport-policies" / "finance.payment.charge.v1" / "tests"
 
 
+@pytest.fixture(autouse=True)
+def _not_an_xdist_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pytest runs a test starts (pytester) are runs of their own, never workers of
+    this one: under `-n`, plugins that read these variables (syrupy, pytest-benchmark)
+    would otherwise act as workers inside them."""
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture
 def charge_tests() -> Path:
     if not CHARGE_TESTS.is_dir():

@@ -375,15 +375,17 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Keep this shard's items (after -k, -m and, for decision tests, --vault-level), and
-    count what the run plans."""
-    from pytest_vault.plugin.collect import group_key
+    """Keep this sample's and shard's items (after -k, -m and, for decision tests,
+    --vault-level), and count what the run plans."""
+    from pytest_vault.plugin.collect import apply_sample, group_key
 
     vault = config.stash[VAULT]
     if config.getoption("vault_decisions"):
         from pytest_vault.plugin.decisions import deselect_levels
 
         deselect_levels(config, items)
+    # The sample before the shard: every shard takes its share of the same sample.
+    apply_sample(config, items)
     shard = vault.options.shard
     vault.planned_run = _plan(items)
     if shard is not None:
@@ -416,14 +418,85 @@ def _plan(items: list[pytest.Item]) -> dict[str, int]:
 def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, object]:
     """Start evaluating this process's share ahead of the tests; stop when they end."""
     vault = session.config.stash[VAULT]
-    # --collect-only: pytest runs no test, so nothing is evaluated, asked or cached.
-    jobs = [] if session.config.option.collectonly else _share(session)
+    # --collect-only and --vault-plan: no test runs, so nothing is evaluated, asked or cached.
+    planning = session.config.option.collectonly or vault.options.plan is not None
+    jobs = [] if planning else _share(session)
     if jobs:
         vault.start(jobs)
     try:
         return (yield)
     finally:
         vault.close()
+
+
+@pytest.hookimpl(tryfirst=True, specname="pytest_runtestloop")
+def pytest_runtestloop_plan(session: pytest.Session) -> bool | None:
+    """`--vault-plan`: print the plan of the collected items and run none of them."""
+    config = session.config
+    vault = config.stash[VAULT]
+    if vault.options.plan is None:
+        return None
+    if session.testsfailed and not config.option.continue_on_collection_errors:
+        return None  # pytest's own loop stops on the collection errors: no partial plan
+    from pytest_vault.models.plan import render
+    from pytest_vault.plugin.collect import VaultItem
+
+    plans = vault.plan([item.job for item in session.items if isinstance(item, VaultItem)])
+    if vault.options.plan == "json":
+        from pytest_vault.guard.text import json_text
+
+        _stdout(config, json_text([p.record() for p in plans], indent=2) + "\n")
+        return True
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None:
+        _stdout(config, "".join(line + "\n" for line in render(plans)))
+        return True
+    reporter.section("pytest-vault plan")
+    for line in render(plans):
+        reporter.write_line(line)
+    return True
+
+
+def _stdout(config: pytest.Config, text: str) -> None:
+    """Straight to the process's stdout, past pytest's capture, as UTF-8."""
+    import contextlib
+    import sys
+
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+        buffer = getattr(sys.stdout, "buffer", None)
+        if buffer is None:
+            sys.stdout.write(text)
+        else:
+            sys.stdout.flush()
+            buffer.write(text.encode("utf-8"))
+        sys.stdout.flush()
+
+
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """`--vault-plan` runs nothing, so it distributes nothing: `-n N` is turned off (after
+    xdist's tryfirst hook read it, before its configure starts workers), as xdist itself
+    stays out of `--collect-only`. What is left is what `-n 0` leaves."""
+    if config.getoption("vault_plan") is not None and hasattr(config.option, "dist"):
+        config.option.numprocesses = 0
+        config.option.dist = "no"
+        config.option.tx = []
+
+
+@pytest.hookimpl(trylast=True, specname="pytest_configure")
+def pytest_configure_plan_output(config: pytest.Config) -> None:
+    """`--vault-plan=json`: stdout holds the JSON document alone, so pytest's own lines
+    (header, warnings, summaries) go to stderr."""
+    if config.getoption("vault_plan") != "json":
+        return
+    import sys
+
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        config.pluginmanager.unregister(reporter, "terminalreporter")
+        config.pluginmanager.register(
+            pytest.TerminalReporter(config, sys.stderr), "terminalreporter"
+        )
 
 
 def _share(session: pytest.Session) -> list[Job]:
@@ -518,6 +591,56 @@ def _is_controller(config: pytest.Config) -> bool:
     return config.pluginmanager.hasplugin("dsession")
 
 
+if TYPE_CHECKING:
+    from pytest_vault.report.baseline import Baseline, Gate
+
+BASELINE: pytest.StashKey[Baseline] = pytest.StashKey()
+GATE: pytest.StashKey[Gate] = pytest.StashKey()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Read the baseline before anything is collected or a worker starts: a file that
+    cannot be used is one line, and nothing runs."""
+    config = session.config
+    opts = config.stash[VAULT].options
+    if opts.baseline is None or _is_worker(config) or config.getoption("vault_decisions"):
+        return
+    from pytest_vault.report.baseline import BaselineError, read_baseline
+
+    try:
+        config.stash[BASELINE] = read_baseline(opts.baseline, opts.baseline_model)
+    except BaselineError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Refuse a baseline of another corpus version as soon as this run's corpus is known:
+    after collection, before any evaluation (xdist workers evaluate right after it)."""
+    config = session.config
+    vault = config.stash[VAULT]
+    opts = vault.options
+    if opts.baseline is None or opts.baseline_any_corpus or not vault.corpus_digests:
+        return
+    if config.getoption("vault_decisions"):
+        return
+    from pytest_vault.report.baseline import BaselineError, check_corpus, read_corpus
+
+    meta = vault.metadata()
+    try:
+        base = config.stash.get(BASELINE, None)
+        theirs = (base.corpus_digest, base.corpus_files) if base else read_corpus(opts.baseline)
+        check_corpus(opts.baseline, theirs, (meta["corpus_digest"], meta["corpus_files"]))
+    except BaselineError as exc:
+        if not _is_worker(config):
+            raise pytest.UsageError(str(exc)) from None
+        # A worker cannot end the run with a usage error (xdist reports a crash): it
+        # reports one collection error, which the controller shows, and runs nothing.
+        session.items.clear()
+        report = pytest.CollectReport("", "failed", str(exc), [])
+        config.hook.pytest_collectreport(report=report)
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     config = session.config
     vault = config.stash[VAULT]
@@ -529,6 +652,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             "decode": vault.decode_record(),
             "planned": vault.planned,
             "planned_run": vault.planned_run,
+            "sample": vault.sample,
         }
         return
     if vault.options.results is not None and vault.rows:
@@ -539,6 +663,15 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         from pytest_vault.report.html import write_html
 
         write_html(vault.rows, [vault.metadata()], vault.options.report)
+    baseline = config.stash.get(BASELINE, None)
+    if baseline is not None and vault.rows:
+        from pytest_vault.report.baseline import EXIT_REGRESSION, compare
+        from pytest_vault.report.results import to_table
+
+        gate = config.stash[GATE] = compare(to_table(vault.rows), baseline)
+        # Like syrupy's unused snapshots: the run fails even when every test passed.
+        if gate.failed and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = EXIT_REGRESSION
 
 
 def pytest_terminal_summary(
@@ -550,11 +683,18 @@ def pytest_terminal_summary(
     from pytest_vault.report.summary import render
 
     terminalreporter.section("pytest-vault summary")
-    for line in render(vault.rows):
+    for line in render(vault.rows, sample=vault.sample):
         terminalreporter.write_line(line)
     for label, path in (("results", vault.options.results), ("report", vault.options.report)):
         if path is not None:
             terminalreporter.write_line(f"{label}: {shown(path)}")
+    gate = config.stash.get(GATE, None)
+    if gate is not None:
+        from pytest_vault.report.baseline import render as render_gate
+
+        terminalreporter.section("pytest-vault baseline")
+        for line in render_gate(gate):
+            terminalreporter.write_line(line)
 
 
 class XdistHooks:
@@ -592,3 +732,5 @@ class XdistHooks:
         # Every worker collects (and plans) the same items: any one's count is the run's.
         vault.planned = vault.planned or output.get("planned", {})
         vault.planned_run = vault.planned_run or output.get("planned_run", {})
+        if "sample" in output:  # a worker that crashed before the end reports nothing
+            vault.worker_sample(output["sample"])

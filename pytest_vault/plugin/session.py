@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from pytest_vault.harness.bank import Architecture
     from pytest_vault.harness.levels import Level
     from pytest_vault.harness.yours import Loader
+    from pytest_vault.models.plan import ModelPlan
     from pytest_vault.models.providers import ProviderModel, Stats
     from pytest_vault.models.ratelimit import RateLimiter, Spend
     from pytest_vault.plugin.runner import Runner
@@ -116,6 +117,10 @@ class VaultSession:
     # The passports enforced, per level: the file loaded and the digest of the bytes that
     # were read, taken when they were loaded (merged from workers under xdist).
     passports: dict[str, Any] = field(default_factory=dict)
+    # `--vault-sample`: the sample's record (`SampleRecord`), None when the run is whole.
+    # Under xdist the controller collects nothing: it takes the workers' (which agree).
+    sample: dict[str, Any] | None = None
+    _sample_reported: bool = False  # a worker's record arrived (controller)
     _providers: dict[str, ProviderModel] = field(default_factory=dict)
     _levels: dict[int, Level] | None = None
     _models: dict[str, Model] = field(default_factory=dict)
@@ -333,7 +338,65 @@ class VaultSession:
             "shard": None if opts.shard is None else f"{opts.shard[0]}/{opts.shard[1]}",
             "planned": dict(sorted(self.planned.items())),
             "planned_run": dict(sorted(self.planned_run.items())),
+            "sample": self.sample,
         }
+
+    def plan(self, jobs: list[Job]) -> list[ModelPlan]:
+        """What running these jobs would take (`--vault-plan`). The providers' clients are
+        built, to key requests exactly as they would, and closed unused: nothing is asked,
+        no runner starts, nothing is written."""
+        import asyncio
+
+        from pytest_vault.models.cache import ResponseCache
+        from pytest_vault.models.plan import Planned, plan_run
+        from pytest_vault.models.providers import redact
+
+        opts = self.options
+        providers: dict[str, ProviderModel | str] = {}
+        for spec in opts.models:
+            if spec.startswith(("scripted:", "agent:")):
+                continue
+            try:
+                providers[spec] = self._provider_model(spec)
+            except Exception as exc:  # noqa: BLE001 - one redacted line, not a traceback
+                providers[spec] = scrub_urls(
+                    redact(f"cannot build the client: {type(exc).__name__}: {exc}")
+                )
+        built = [m for m in providers.values() if not isinstance(m, str)]
+
+        async def close() -> None:
+            for model in built:
+                await model.close()
+
+        try:
+            return plan_run(
+                opts.models,
+                [Planned(job.case, job.spec, job.track) for job in jobs],
+                self.levels if jobs else {},
+                max_steps=opts.max_steps,
+                providers=providers,
+                cache=ResponseCache(opts.cache) if opts.cache else None,
+                prices=self.spend.prices,
+            )
+        finally:
+            asyncio.run(close())
+            self._providers.clear()  # never asked: they have no decode settings to record
+
+    def worker_sample(self, record: dict[str, Any] | None) -> None:
+        """A worker's sample, on the xdist controller: every worker must have chosen the
+        same one (they collect the same corpus with the same options)."""
+        if not self._sample_reported:
+            self.sample, self._sample_reported = record, True
+        elif record != self.sample:
+            raise pytest.UsageError(
+                "pytest-vault: xdist workers sampled different cases "
+                f"({_digest(self.sample)} and {_digest(record)}): "
+                "did the corpus change during the run?"
+            )
+
+
+def _digest(sample: dict[str, Any] | None) -> str:
+    return "no sample" if sample is None else str(sample.get("ids_digest"))
 
 
 def passport_record(levels: dict[int, Level]) -> dict[str, Any]:

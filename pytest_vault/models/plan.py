@@ -1,0 +1,296 @@
+"""What a run would cost, before it runs (`--vault-plan`).
+
+Per model: the evaluations, a bound on model requests that a run never exceeds,
+estimated tokens, how many first requests the cache already answers, and the cost range
+from the price table. Nothing is asked: each evaluation's first request is built and
+keyed exactly as the provider model builds and keys it, and looked up with the cache's
+own reader (a corrupt entry is not an answer, so it does not count as cached).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from pytest_vault.guard.text import shown
+from pytest_vault.harness.agent import TOOLS, Message, ModelRequest, user_messages
+
+if TYPE_CHECKING:
+    from pytest_vault.corpus.model import Case
+    from pytest_vault.harness.agent import Track
+    from pytest_vault.harness.levels import Level
+    from pytest_vault.models.cache import ResponseCache
+    from pytest_vault.models.providers import ProviderModel
+    from pytest_vault.models.ratelimit import Price
+
+CHARS_PER_TOKEN = 4
+METHOD = (
+    "requests <=: per evaluation, user messages x --vault-max-steps (one request per model "
+    "step; retries of a request not counted, at most --vault-tries tries each)",
+    "input tokens est: characters/4 of the JSON body of each user message's first request "
+    "(system prompt + tools + the user messages so far, as the provider is sent them); model "
+    "answers and tool results are not counted",
+    "output tokens <=: requests x the level's max_tokens",
+    "first requests cached: distinct first requests of the evaluations that the response "
+    "cache answers (valid entries only)",
+    "cost: min = the uncached first requests' input tokens est; max = every request at the "
+    "bound, at its user message's input estimate and max_tokens out (--vault-prices)",
+)
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One evaluation the run would make (its architecture does not change a request)."""
+
+    case: Case
+    spec: str
+    track: Track
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    """One model's plan. None: not known before the run (an `agent:` spec's requests,
+    a price missing from the table, a cache that cannot be keyed)."""
+
+    model: str
+    evaluations: int
+    requests_max: int | None
+    input_tokens_est: int | None
+    # Every request at the bound, each at its user message's first-request estimate.
+    input_tokens_at_bound: int | None
+    output_tokens_max: int | None
+    first_requests: int | None
+    cached_first_requests: int | None
+    cost_usd_min: float | None
+    cost_usd_max: float | None
+    note: str
+
+    def record(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def tokens(body: dict[str, Any]) -> int:
+    """Characters/4 of a request body's JSON text, rounded up."""
+    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+    return math.ceil(len(text) / CHARS_PER_TOKEN)
+
+
+@dataclass
+class _Counts:
+    evaluations: int = 0
+    requests: int = 0
+    input_est: int = 0
+    input_at_bound: int = 0
+    output: int = 0
+
+
+def plan_run(
+    specs: Sequence[str],
+    planned: Iterable[Planned],
+    levels: Mapping[int, Level],
+    *,
+    max_steps: int,
+    providers: Mapping[str, ProviderModel | str],
+    cache: ResponseCache | None,
+    prices: Mapping[str, Price],
+) -> list[ModelPlan]:
+    """One plan per spec, in the order given. `providers` holds, per provider spec, its
+    model (never asked) or why its client could not be built."""
+    steps = max(max_steps, 1)  # as evaluate() bounds each user message
+    counts = {spec: _Counts() for spec in specs}
+    # Per provider spec: each distinct first request's key and input estimate.
+    firsts: dict[str, dict[str, int]] = {spec: {} for spec in specs}
+    # Bodies repeat across tracks and architectures: estimate each once.
+    memo: dict[tuple[str, int, tuple[str, ...]], tuple[int, str | None]] = {}
+    for item in planned:
+        c = counts.setdefault(item.spec, _Counts())
+        c.evaluations += 1
+        model = providers.get(item.spec)
+        if model is None:  # a control (no provider request) or an agent (unknown)
+            continue
+        level = levels[item.case.level]
+        texts = user_messages(item.case, item.track)
+        requests = len(texts) * steps
+        c.requests += requests
+        c.output += requests * level.max_tokens
+        for i in range(len(texts)):
+            key = (item.spec, level.number, tuple(texts[: i + 1]))
+            if key not in memo:
+                memo[key] = _estimate(model, item.case, level, texts[: i + 1], first=i == 0)
+            estimate, request_key = memo[key]
+            c.input_est += estimate
+            c.input_at_bound += estimate * steps
+            if request_key is not None:
+                firsts.setdefault(item.spec, {})[request_key] = estimate
+    return [
+        _plan(spec, counts[spec], providers.get(spec), firsts.get(spec, {}), cache, prices)
+        for spec in dict.fromkeys([*specs, *counts])
+    ]
+
+
+def _estimate(
+    model: ProviderModel | str, case: Case, level: Level, texts: Sequence[str], *, first: bool
+) -> tuple[int, str | None]:
+    """The input estimate of a user message's first request, and the request's cache key
+    when it is the evaluation's first (later ones depend on the model's answers)."""
+    from pytest_vault.models.specs import parse_spec
+
+    if isinstance(model, str):
+        # No client to build the body with: sized as system prompt, tools and messages.
+        return tokens({"system": level.system_prompt, "tools": TOOLS, "messages": texts}), None
+    # Exactly the request evaluate() makes for this user message's first step.
+    request = ModelRequest(
+        system=level.system_prompt,
+        messages=tuple(Message("user", text) for text in texts),
+        tools=TOOLS,
+        temperature=level.temperature,
+        max_tokens=level.max_tokens,
+        case=case,
+        level=level,
+    )
+    body = model.wire.body(request, parse_spec(model.spec).model)
+    return tokens(body), model.request_key(body) if first else None
+
+
+def _plan(
+    spec: str,
+    c: _Counts,
+    model: ProviderModel | str | None,
+    firsts: dict[str, int],
+    cache: ResponseCache | None,
+    prices: Mapping[str, Price],
+) -> ModelPlan:
+    if spec.startswith("scripted:"):
+        return ModelPlan(spec, c.evaluations, 0, 0, 0, 0, 0, 0, 0.0, 0.0, "control: no request")
+    if model is None:
+        return ModelPlan(
+            spec,
+            c.evaluations,
+            *(None,) * 8,
+            "agent: requests unknown (your agent calls its model itself)",
+        )
+    note = ""
+    hits: set[str] = set()
+    if isinstance(model, str):
+        note = model  # why the client could not be built: nothing could be keyed
+    elif cache is None:
+        note = "cache off"
+    else:
+        hits = {key for key in firsts if cache.get(key) is not None}
+    price = prices.get(spec)
+    low = high = None
+    if price is None:
+        note = "; ".join(filter(None, [note, "no price"]))
+    else:
+        # At least the first requests nobody has answered yet are paid for, their input.
+        low = price.cost(sum(t for key, t in firsts.items() if key not in hits), 0)
+        high = price.cost(c.input_at_bound, c.output)
+    return ModelPlan(
+        spec,
+        c.evaluations,
+        c.requests,
+        c.input_est,
+        c.input_at_bound,
+        c.output,
+        None if isinstance(model, str) else len(firsts),
+        None if isinstance(model, str) else len(hits),
+        low,
+        high,
+        note,
+    )
+
+
+# -- output ---------------------------------------------------------------------------------
+
+
+def _number(value: int | None) -> str:
+    return "unknown" if value is None else f"{value:,}"
+
+
+def usd(value: float | None) -> str:
+    if value is None:
+        return "no price"
+    return f"${value:,.2f}" if value >= 0.01 or value == 0 else f"${value:.2g}"
+
+
+def _cached(plan: ModelPlan) -> str:
+    if plan.cached_first_requests is None or plan.first_requests is None:
+        return "unknown"
+    if plan.first_requests == 0:
+        return "-"
+    share = 100 * plan.cached_first_requests / plan.first_requests
+    return f"{plan.cached_first_requests:,}/{plan.first_requests:,} ({share:.0f}%)"
+
+
+def _cost(low: float | None, high: float | None) -> str:
+    return "no price" if low is None or high is None else f"{usd(low)}\N{EN DASH}{usd(high)}"
+
+
+def _total(values: Iterable[int | float | None], show: Callable[[Any], str]) -> str:
+    values = list(values)
+    known = sum(v for v in values if v is not None)
+    return show(known) + ("+?" if None in values else "")
+
+
+def render(plans: Sequence[ModelPlan]) -> list[str]:
+    """The plan as a table, one row per model and a total, then the method."""
+    header: tuple[str, ...] = ("model", "evals", "requests <=", "input tokens est")
+    header += ("output tokens <=",)
+    header += ("first requests cached", "cost", "")
+    rows = [
+        (
+            shown(p.model),
+            f"{p.evaluations:,}",
+            _number(p.requests_max),
+            _number(p.input_tokens_est),
+            _number(p.output_tokens_max),
+            _cached(p),
+            "unknown" if p.requests_max is None else _cost(p.cost_usd_min, p.cost_usd_max),
+            shown(p.note),
+        )
+        for p in plans
+    ]
+    count = "{:,}".format
+    total = ModelPlan(
+        "total",
+        sum(p.evaluations for p in plans),
+        *(None,) * 4,
+        sum(p.first_requests or 0 for p in plans),
+        sum(p.cached_first_requests or 0 for p in plans),
+        None,
+        None,
+        "",
+    )
+    rows.append(
+        (
+            "total",
+            count(total.evaluations),
+            _total((p.requests_max for p in plans), count),
+            _total((p.input_tokens_est for p in plans), count),
+            _total((p.output_tokens_max for p in plans), count),
+            _cached(total),
+            _total((p.cost_usd_min for p in plans), usd)
+            + "\N{EN DASH}"
+            + _total((p.cost_usd_max for p in plans), usd),
+            "",
+        )
+    )
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
+    lines = [
+        "  ".join(
+            cell.ljust(w) if i == 0 else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=False))
+        )
+        + ("  " + row[-1] if row[-1] else "")
+        for row in [header, *rows]
+    ]
+    method = [f"  {line}" for line in METHOD]
+    return [
+        *lines,
+        "method (+? marks what is not known before the run):",
+        *method,
+        "nothing was asked: no provider was contacted, no test ran",
+    ]
