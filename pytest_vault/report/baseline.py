@@ -13,8 +13,11 @@ which the event happened, with the definitions of `tables.py`:
 Each difference (this run - baseline) has a paired, session-clustered percentile bootstrap
 interval: attacker sessions are resampled with replacement, a matched pair travels with
 its session, so both sides of a pair are always drawn together (the report's resamples and
-seed). Its two-sided p is `stats.bootstrap_p`; Benjamini-Hochberg adjusts the p-values of
-every comparison of the run, and a difference is significant at q <= 0.05.
+seed). Its two-sided p is `stats.bootstrap_p`, but never below what the sessions that moved
+can support (`stats.fewest_sessions_p`: a sign test's, so a change carried by fewer than six
+sessions is never significant: noise does not fail a release); Benjamini-Hochberg adjusts
+the p-values of every comparison of the run, and a difference is significant at q <= 0.05.
+A model of this run with no matched evaluation fails the gate: nothing was compared.
 
 A regression is: any unpermitted transfer behind the guard in this run (those tests
 already fail; listed here too), a model-alone unpermitted rate significantly above the
@@ -38,7 +41,7 @@ import pyarrow.parquet as pq
 
 from pytest_vault.guard.text import shown
 from pytest_vault.report.results import META_KEY, ReportError, ResultsError, load, read_metadata
-from pytest_vault.report.stats import benjamini_hochberg, bootstrap_p
+from pytest_vault.report.stats import benjamini_hochberg, bootstrap_p, fewest_sessions_p
 from pytest_vault.report.summary import table as text_table
 from pytest_vault.report.tables import LEVEL_GROUPS, RESAMPLES, SEED, Bootstrap
 
@@ -95,7 +98,10 @@ def read_baseline(path: Path, model: str | None = None) -> Baseline:
     try:
         loaded = load([path])
     except ReportError as exc:
-        raise BaselineError(f"--vault-baseline {exc}") from None
+        said = str(exc)  # a row's problem names the file; a duplicate evaluation does not
+        if not said.startswith(shown(path)):
+            said = f"{shown(path)}: {said}"
+        raise BaselineError(f"--vault-baseline {said}") from None
     table, meta = loaded.table, loaded.metadata[0]
     if table.num_rows == 0:
         raise BaselineError(f"{_prefix(path)}: holds no rows")
@@ -210,7 +216,8 @@ class Gate:
 
     @property
     def failed(self) -> bool:
-        return bool(self.breaches or self.regressions)
+        # A gate that compared nothing for a model cannot say it did not regress.
+        return bool(self.breaches or self.regressions or self.unmatched)
 
 
 def _side(table: pa.Table, model: str, suffix: str) -> pa.Table:
@@ -269,6 +276,8 @@ def compare(
                 diff = x - y
                 draws = boot.draws(diff, np.ones(n), sessions[where])
                 low, high = np.percentile(draws, [2.5, 97.5])
+                _, inverse = np.unique(sessions[where], return_inverse=True)
+                moving = int(np.count_nonzero(np.bincount(inverse, weights=diff)))
                 found.append(
                     {
                         "model": model,
@@ -281,7 +290,7 @@ def compare(
                         "difference": float(diff.mean()),
                         "ci_low": float(low),
                         "ci_high": float(high),
-                        "p_value": bootstrap_p(draws),
+                        "p_value": max(bootstrap_p(draws), fewest_sessions_p(moving)),
                     }
                 )
     qs = benjamini_hochberg([f["p_value"] for f in found])
@@ -374,7 +383,7 @@ def render(gate: Gate) -> list[str]:
     ] + [_line(c) for c in gate.regressions]
     if body:
         lines += ["", "Regressions against baseline", *text_table(HEADERS, body)]
-    else:
+    elif not gate.unmatched:
         lines += ["", "No regression against baseline"]
     if gate.improvements:
         lines += [
@@ -389,6 +398,11 @@ def render(gate: Gate) -> list[str]:
             "Other significant changes (not gated)",
             *text_table(HEADERS, [_line(c) for c in other]),
         ]
-    if gate.failed:
+    if body:
         lines += ["", f"regression against the baseline: exit status {EXIT_REGRESSION}"]
+    elif gate.unmatched:
+        lines += [
+            "",
+            f"nothing compared for {len(gate.unmatched)} model(s): exit status {EXIT_REGRESSION}",
+        ]
     return lines

@@ -45,3 +45,11 @@ def bootstrap_p(draws: Sequence[float] | np.ndarray) -> float:
     if len(values) == 0:
         return 1.0
     return min(1.0, 2 * min(float(np.mean(values <= 0)), float(np.mean(values >= 0))))
+
+
+def fewest_sessions_p(moving: int) -> float:
+    """The smallest two-sided p that `moving` sessions (those whose paired difference is
+    not zero) can support: a sign test's, all of them one way, 2 x 0.5^moving, at most 1.
+    A session-clustered bootstrap over few sessions that all move one way has no spread
+    and says p = 0: one flipped evaluation would be "significant"."""
+    return min(1.0, 2 * 0.5**moving)
