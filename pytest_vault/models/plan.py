@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 CHARS_PER_TOKEN = 4
 METHOD = (
     "requests <=: per evaluation, user messages x --vault-max-steps (one request per model "
-    "step; retries of a request not counted, at most --vault-tries tries each)",
+    "step; not counted: retries of a request, at most --vault-tries tries each, and the "
+    "one resend per client after a provider refuses a decode setting)",
     "input tokens est: characters/4 of the JSON body of each user message's first request "
     "(system prompt + tools + the user messages so far, as the provider is sent them); model "
     "answers and tool results are not counted",
