@@ -2,6 +2,7 @@
 
 python -m pytest_vault.corpus --schema     # the JSON schema of one line
 python -m pytest_vault.corpus FILE...      # check files, print counts
+python -m pytest_vault.corpus import NAME [--out FILE]   # convert a public corpus
 """
 
 from __future__ import annotations
@@ -9,10 +10,14 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
+from pytest_vault.corpus.importers import ImporterError, jsonl, run_importer
 from pytest_vault.corpus.load import CorpusError, load_corpus
 from pytest_vault.corpus.model import Case, schema
 from pytest_vault.guard.text import shown
+
+IMPORT_USAGE = "usage: python -m pytest_vault.corpus import NAME [--out FILE]"
 
 
 def _counts(cases: Iterable[Case]) -> str:
@@ -22,13 +27,48 @@ def _counts(cases: Iterable[Case]) -> str:
     return f"{attacks} attacks, {len(cases) - attacks} benign, {sessions} sessions"
 
 
+def import_corpus(args: list[str]) -> int:
+    """`import NAME [--out FILE]`: the converted corpus to FILE, else to stdout."""
+    if len(args) == 3 and args[1] == "--out":
+        name, out = args[0], args[2]
+    elif len(args) == 1 and not args[0].startswith("-"):
+        name, out = args[0], None
+    else:
+        print(IMPORT_USAGE, file=sys.stderr)
+        return 2
+    try:
+        lines = run_importer(name)
+    except ImporterError as exc:
+        print(f"error: {shown(exc)}", file=sys.stderr)
+        return 2
+    text = jsonl(lines).encode("utf-8")
+    if out is None:
+        sys.stdout.flush()
+        sys.stdout.buffer.write(text)
+        sys.stdout.buffer.flush()
+        return 0
+    try:
+        Path(out).write_bytes(text)
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        print(f"error: {shown(out)}: cannot write: {shown(exc)}", file=sys.stderr)
+        return 1
+    cases = [Case.model_validate(line) for line in lines]
+    print(f"{shown(out)}: {_counts(cases)} (from {shown(name)})", file=sys.stderr)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["import"]:
+        return import_corpus(args[1:])
     if args == ["--schema"]:
         print(json.dumps(schema(), indent=2))
         return 0
     if not args:
-        print("usage: python -m pytest_vault.corpus --schema | FILE...", file=sys.stderr)
+        print(
+            "usage: python -m pytest_vault.corpus --schema | FILE... | import NAME [--out FILE]",
+            file=sys.stderr,
+        )
         return 2
     seen: dict[str, str] = {}
     status = 0

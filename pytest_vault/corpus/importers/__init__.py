@@ -1,0 +1,180 @@
+"""Importers of public corpora: `python -m pytest_vault.corpus import NAME [--out FILE]`.
+
+Each importer converts a corpus that an installed package publishes into our case
+format, on the user's machine, with provenance on every line: the converted texts are
+never shipped with pytest-vault. An importer's package is an optional extra
+(`pip install 'pytest-vault[NAME]'`); a missing one is a one-line `ImporterError`.
+
+The common converter is here: `attack_case` builds a case and checks it loads, and
+`forbidding_levels` says which paying levels' shipped passports forbid a recipient, so
+every imported attack is put where its payment would be unpermitted.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_vault.corpus.load import CorpusError, read_case
+from pytest_vault.guard.engine import permits_recipient
+from pytest_vault.guard.passport import (
+    Passport,
+    PassportError,
+    load_passport,
+    read_toml,
+    reason,
+)
+from pytest_vault.guard.text import json_text
+
+# The passports shipped inside the package (`harness.levels.SHIPPED`, which this wing
+# may not import): the levels an imported case is placed at are judged by them.
+PASSPORTS = Path(__file__).resolve().parents[2] / "passports"
+# Level 1 permits any recipient and Level 5 no payment: attacks go to the headline.
+PAYING_LEVELS = (2, 3, 4)
+
+
+class ImporterError(ValueError):
+    """An import that cannot run: the message is one line, and says what to do."""
+
+
+@dataclass(frozen=True)
+class Importer:
+    name: str
+    package: str  # the distribution that publishes the corpus
+    module: str  # ours, imported only when this importer runs
+    summary: str
+
+
+IMPORTERS: dict[str, Importer] = {
+    i.name: i
+    for i in (
+        Importer(
+            "agentdojo",
+            "agentdojo",
+            "pytest_vault.corpus.importers.agentdojo",
+            "AgentDojo's banking injection tasks x its fixed-template attacks (MIT)",
+        ),
+        Importer(
+            "pyrit",
+            "pyrit",
+            "pytest_vault.corpus.importers.pyrit",
+            "PyRIT's jailbreak templates around our own payment goals (MIT)",
+        ),
+    )
+}
+
+
+def installed_version(package: str) -> str:
+    """The installed version of `package`, or an `ImporterError` saying what to install."""
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        raise ImporterError(
+            f"{package} is not installed: pip install 'pytest-vault[{package}]'"
+        ) from None
+
+
+def package_license(package: str) -> str:
+    """The licence the installed distribution declares (SPDX expression, else classifier)."""
+    meta = importlib.metadata.metadata(package)
+    fields = meta.get_all("License-Expression") or meta.get_all("License") or [""]
+    declared = str(fields[0]).strip()
+    if declared and "\n" not in declared:  # a whole licence text is not a name
+        return declared
+    prefix = "License :: OSI Approved :: "
+    names = [c[len(prefix) :] for c in meta.get_all("Classifier") or [] if c.startswith(prefix)]
+    return "; ".join(names) or "unknown"
+
+
+def run_importer(name: str) -> list[dict[str, Any]]:
+    """The cases of importer `name`, as corpus lines (dicts), in a fixed order."""
+    importer = IMPORTERS.get(name)
+    if importer is None:
+        known = ", ".join(sorted(IMPORTERS))
+        raise ImporterError(f"unknown importer {name!r}; known: {known}")
+    version = installed_version(importer.package)
+    convert: Callable[[str], list[dict[str, Any]]] = importlib.import_module(
+        importer.module
+    ).convert
+    try:
+        return convert(version)
+    except ImportError as exc:  # installed, but a dependency of it is broken or missing
+        raise ImporterError(
+            f"{importer.package} {version} cannot be imported: {type(exc).__name__}: {exc}"
+        ) from None
+
+
+def shipped_passports(folder: Path = PASSPORTS) -> dict[int, Passport]:
+    """The paying levels' passports, named by `levels.toml` as the suite reads them."""
+    source = folder / "levels.toml"
+    try:
+        table = read_toml(source.read_bytes(), str(source))
+    except OSError as exc:
+        raise ImporterError(f"{source}: cannot read: {reason(exc)}") from None
+    except PassportError as exc:
+        raise ImporterError(str(exc)) from None
+    passports = {}
+    for level in PAYING_LEVELS:
+        try:
+            entry: Any = table["level"][str(level)]  # type: ignore[index]
+            passports[level] = load_passport(folder / str(entry["passport"]))
+        except (KeyError, TypeError):
+            raise ImporterError(f"{source}: level.{level}.passport: missing") from None
+        except PassportError as exc:
+            raise ImporterError(str(exc)) from None
+    return passports
+
+
+def forbidding_levels(passports: Mapping[int, Passport], recipients: Iterable[str]) -> list[int]:
+    """The levels, in order, whose passport permits none of `recipients`."""
+    wanted = list(recipients)
+    return [
+        level
+        for level, passport in sorted(passports.items())
+        if not any(permits_recipient(passport.charge_limits, r) for r in wanted)
+    ]
+
+
+def transfer(recipient: str, amount: int | float | str, currency: str = "USD") -> dict[str, Any]:
+    """A `transfer_funds` call as a case's `calls` hold it."""
+    arguments = {"recipient": recipient, "amount": amount, "currency": currency}
+    return {"name": "transfer_funds", "arguments": arguments}
+
+
+def attack_case(
+    *,
+    id: str,
+    session: str,
+    level: int,
+    category: str,
+    messages: Sequence[str],
+    calls: Sequence[Mapping[str, Any]],
+    technique: str,
+    provenance: Mapping[str, str],
+) -> dict[str, Any]:
+    """One attack as a corpus line, checked against the case format."""
+    line = {
+        "id": id,
+        "session": session,
+        "level": level,
+        "kind": "attack",
+        "category": category,
+        "messages": list(messages),
+        "calls": [dict(c) for c in calls],
+        "technique": technique,
+        "provenance": dict(provenance),
+    }
+    try:  # as the suite will read it: a package whose data changed shape stops here
+        read_case(json_text(line), f"{provenance.get('package')}: case {id!r}")
+    except CorpusError as exc:
+        raise ImporterError(str(exc)) from None
+    return line
+
+
+def jsonl(lines: Iterable[Mapping[str, Any]]) -> str:
+    """The corpus file: one exact, valid UTF-8 JSON object per line."""
+    return "".join(json_text(line) + "\n" for line in lines)
