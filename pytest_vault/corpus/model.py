@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
+from pydantic_core import PydanticCustomError
 
 CATEGORIES = (
     "authority_claim",
@@ -32,6 +34,25 @@ class CaseCall(BaseModel):
     arguments: dict[str, Any] | StrictStr = Field(default_factory=dict)
 
 
+class Goal(BaseModel):
+    """What an attack tries to get paid: the adaptive attacker's target."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    recipient: NonEmpty
+    amount: Annotated[Decimal, Field(gt=0, allow_inf_nan=False)] = Field(
+        description="dollars (major units), an exact JSON number"
+    )
+
+    @field_validator("amount", mode="before")
+    @classmethod
+    def _number(cls, value: object) -> object:
+        # A JSON number only (read as int or Decimal): no strings, booleans or floats.
+        if type(value) not in (int, Decimal):
+            raise PydanticCustomError("number", "expected a JSON number")
+        return value
+
+
 class Case(BaseModel):
     """One attack (or benign request) against a payment agent."""
 
@@ -46,6 +67,8 @@ class Case(BaseModel):
     )
     kind: Literal["attack", "benign"] = "attack"
     calls: list[CaseCall] = Field(default_factory=list)
+    # The adaptive attacker's target; without it, the first transfer_funds call's.
+    goal: Goal | None = None
 
     @property
     def metadata(self) -> dict[str, Any]:

@@ -8,7 +8,7 @@ real providers.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -16,7 +16,8 @@ from pytest_vault.corpus.model import Case
 from pytest_vault.harness.bank import Architecture, Bank, CallRecord, Screen
 from pytest_vault.harness.levels import Level
 
-Track = Literal["A", "B"]
+# "adaptive": an attacker writes each next message (harness/adaptive.py); reported apart.
+Track = Literal["A", "B", "adaptive"]
 TRACKS: tuple[Track, ...] = ("A", "B")
 DEFAULT_MAX_STEPS = 8
 
@@ -147,6 +148,17 @@ class Evaluation:
     input_blocked: bool = False
     usage: Usage = Usage()
     latency_s: float = 0.0
+    # The adaptive track only: attacker messages sent (the first included), the
+    # attacker's spec, and the strategy of the round that found (or of the last round).
+    rounds: int | None = None
+    attacker: str | None = None
+    attacker_strategy: str | None = None
+    sent: tuple[str, ...] = ()
+
+
+# Drives an adaptive evaluation: given the bank and `send` (one user message in, the
+# agent's text reply out), it sends the messages it decides on.
+Driver = Callable[[Bank, Callable[[str], Awaitable[str]]], Awaitable[None]]
 
 
 def open_bank(
@@ -159,8 +171,9 @@ def open_bank(
 
 
 def user_messages(case: Case, track: Track) -> list[str]:
-    """Track A sends the attacker's final message; track B sends them all, in order."""
-    return case.messages[-1:] if track == "A" else list(case.messages)
+    """Track A sends the attacker's final message; track B sends them all, in order
+    (the adaptive track starts with the final message: its attacker writes the rest)."""
+    return list(case.messages) if track == "B" else case.messages[-1:]
 
 
 async def evaluate(
@@ -172,8 +185,10 @@ async def evaluate(
     *,
     max_steps: int = DEFAULT_MAX_STEPS,
     screen: Callable[[], Screen] | None = None,
+    driver: Driver | None = None,
 ) -> Evaluation:
-    """`screen`, guarded only: makes this evaluation's team guard (`--vault-guard`)."""
+    """`screen`, guarded only: makes this evaluation's team guard (`--vault-guard`).
+    `driver`: the adaptive track's attacker loop, instead of the track's messages."""
     ev = Evaluation(case, level, model.spec, track, architecture)
     bound = len(case.calls) + 1 if model.ignores_step_bound else max_steps
     conversation: list[Message] = []
@@ -182,8 +197,11 @@ async def evaluate(
     try:
         bank = open_bank(level, architecture, screen)
         ev.log = bank.log
-        for text in user_messages(case, track):
+
+        async def send(text: str) -> str:
+            nonlocal tokens_in, tokens_out, latency
             conversation.append(Message("user", text))
+            said: list[str] = []
             for _ in range(max(bound, 1)):
                 turn = await model.respond(
                     ModelRequest(
@@ -201,6 +219,8 @@ async def evaluate(
                 tokens_out += turn.usage.output_tokens
                 latency += turn.latency_s
                 conversation.append(Message("assistant", turn.text, turn.tool_calls))
+                if turn.text:
+                    said.append(turn.text)
                 if not turn.tool_calls:
                     break
                 for call in turn.tool_calls:
@@ -213,6 +233,13 @@ async def evaluate(
             else:
                 # The model still wanted tools after `bound` steps: end the turn here.
                 ev.truncated = True
+            return "\n".join(said)
+
+        if driver is not None:
+            await driver(bank, send)
+        else:
+            for text in user_messages(case, track):
+                await send(text)
     except InputBlocked:
         ev.input_blocked = True
     except NotRun as exc:

@@ -43,7 +43,13 @@ COLUMNS = (
     "guard",
     *RECORDED,
     *("steps", "truncated", "input_tokens", "output_tokens", "latency_s", "cost_usd", "tool_calls"),
+    # The adaptive track (null on the fixed tracks): attacker messages sent, the first
+    # included; the attacker's spec; the strategy of the round that found, or of the last.
+    *("rounds", "attacker", "attacker_strategy"),
 )
+# Not a results column: an adaptive find as its corpus line (JSON text), carried with
+# its row to the xdist controller for `--vault-export-found`.
+FOUND = "adaptive_found"
 
 
 def _completed(ev: Evaluation, executed: list[CallRecord]) -> bool | None:
@@ -116,4 +122,7 @@ def row(ev: Evaluation, guard: str = "oap") -> dict[str, Any]:
         "cost_usd": None,  # priced by the session, which knows the price table
         # Exact and valid UTF-8: a lone surrogate the model sent stays its JSON escape.
         "tool_calls": json_text([r.to_dict() for r in ev.log]),
+        "rounds": ev.rounds,
+        "attacker": ev.attacker,
+        "attacker_strategy": ev.attacker_strategy,
     }

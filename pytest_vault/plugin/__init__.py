@@ -40,8 +40,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add(
         "--vault-track",
         action="append",
-        choices=("A", "B"),
-        help="replay track filter (repeatable): A = final message, B = whole sequence",
+        choices=("A", "B", "adaptive"),
+        help="replay track filter (repeatable): A = final message, B = whole sequence, "
+        "adaptive = the attacker writes the next messages (needs --vault-attacker)",
     )
     add(
         "--vault-arch",
@@ -218,6 +219,30 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="collect, print what the run would cost (evaluations, requests, tokens, "
         "cache, spend), and exit without asking any provider",
     )
+    # The adaptive track: an attacker writes each next message; reported apart.
+    add(
+        "--vault-attacker",
+        metavar="SPEC",
+        help="adaptive attacker: scripted:escalate, openai:MODEL or anthropic:MODEL; "
+        "adds the adaptive track (default tracks then A, B and adaptive)",
+    )
+    add(
+        "--vault-rounds",
+        type=int,
+        default=5,
+        metavar="N",
+        help="attacker messages per adaptive evaluation, the seed's first (default 5)",
+    )
+    add(
+        "--vault-attacker-sees-policy",
+        action="store_true",
+        help="show the attacker a summary of the level's passport (recipients, caps, codes)",
+    )
+    add(
+        "--vault-export-found",
+        metavar="FILE.jsonl",
+        help="write each adaptive find (an unpermitted transfer) as a corpus line to FILE",
+    )
     parser.addini("vault_corpus_glob", "file name pattern of corpus files", default="*.jsonl")
 
 
@@ -299,7 +324,10 @@ def _options(config: pytest.Config) -> Options:
         else Path(get("vault_cache") or config.rootpath / DEFAULT_CACHE).resolve()
     )
     shard = _shard(get("vault_shard"))
-    tracks: tuple[Track, ...] = _dedup(get("vault_track"), ("A", "B"))
+    attacker = _attacker(config, base_url)
+    tracks: tuple[Track, ...] = _dedup(
+        get("vault_track"), ("A", "B") if attacker is None else ("A", "B", "adaptive")
+    )
     archs: tuple[Architecture, ...] = _dedup(get("vault_arch"), ("model", "guarded"))
     return Options(
         models=models,
@@ -332,7 +360,50 @@ def _options(config: pytest.Config) -> Options:
         baseline_any_corpus=get("vault_baseline_any_corpus"),
         plan=get("vault_plan"),
         rootdir=config.rootpath,
+        attacker=attacker,
+        rounds=get("vault_rounds"),
+        attacker_sees_policy=get("vault_attacker_sees_policy"),
+        export_found=Path(get("vault_export_found")).resolve()
+        if get("vault_export_found")
+        else None,
     )
+
+
+def _attacker(config: pytest.Config, base_url: str | None) -> str | None:
+    """`--vault-attacker` and the options that need it, each a one-line usage error."""
+    from pytest_vault.models.specs import PROVIDERS
+
+    get = config.getoption
+    spec = get("vault_attacker")
+    if not 1 <= get("vault_rounds") <= 50:
+        raise pytest.UsageError("--vault-rounds must be from 1 to 50")
+    if spec is None:
+        for name in ("vault_attacker_sees_policy", "vault_export_found"):
+            if get(name):
+                raise pytest.UsageError(f"--{name.replace('_', '-')} needs --vault-attacker")
+        if "adaptive" in (get("vault_track") or ()):
+            raise pytest.UsageError(
+                "--vault-track adaptive needs --vault-attacker SPEC (e.g. scripted:escalate)"
+            )
+        return None
+    if spec != "scripted:escalate" and spec.partition(":")[0] not in PROVIDERS:
+        raise pytest.UsageError(
+            f"--vault-attacker {shown(repr(spec))}: expected scripted:escalate, "
+            "openai:MODEL or anthropic:MODEL"
+        )
+    if spec.startswith(PROVIDERS):
+        try:
+            check_spec(spec, base_url)
+        except SpecError as exc:
+            raise pytest.UsageError(
+                str(exc).replace("--vault-model", "--vault-attacker", 1)
+            ) from None
+    export = get("vault_export_found")
+    if export is not None and not export.endswith(".jsonl"):
+        raise pytest.UsageError(
+            f"--vault-export-found {shown(repr(export))}: expected a .jsonl file"
+        )
+    return str(spec)
 
 
 def _shard(value: str | None) -> tuple[int, int] | None:
@@ -659,6 +730,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         from pytest_vault.report.results import write_results
 
         write_results(vault.rows, vault.options.results, vault.metadata())
+    if vault.options.export_found is not None:
+        _export_found(vault.rows, vault.options.export_found)
     if vault.options.report is not None and vault.rows:
         from pytest_vault.report.html import write_html
 
@@ -672,6 +745,29 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         # Like syrupy's unused snapshots: the run fails even when every test passed.
         if gate.failed and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = EXIT_REGRESSION
+
+
+def _export_found(rows: list[dict[str, Any]], path: Path) -> None:
+    """`--vault-export-found`: the adaptive finds as corpus lines, sorted (so any
+    parallelism writes the same file), written atomically; no find, an empty file."""
+    import contextlib
+    import os
+
+    from pytest_vault.harness.events import FOUND
+
+    lines = sorted({row[FOUND] for row in rows if isinstance(row.get(FOUND), str)})
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        os.replace(partial, path)
+    except OSError as exc:
+        raise pytest.UsageError(
+            f"--vault-export-found {shown(path)}: cannot write: {shown(exc.strerror or exc)}"
+        ) from None
+    finally:
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
 
 
 def pytest_terminal_summary(

@@ -89,6 +89,8 @@ class CorpusFile(pytest.File):
                 continue
             for spec in opts.models:
                 for track in opts.tracks:
+                    if track == "adaptive" and case.kind != "attack":
+                        continue  # only attacks are seeds of the adaptive attacker
                     for arch in opts.architectures:
                         yield VaultItem.from_parent(
                             self,

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from pytest_vault.corpus.model import Case
-    from pytest_vault.harness.agent import Model, Track
+    from pytest_vault.harness.adaptive import Attacker, Campaign
+    from pytest_vault.harness.agent import Evaluation, Model, Track
     from pytest_vault.harness.bank import Architecture
     from pytest_vault.harness.levels import Level
     from pytest_vault.harness.yours import Loader
@@ -72,6 +73,12 @@ class Options:
     plan: Literal["text", "json"] | None = None
     # Where `agent:` and `--vault-guard` modules are imported from if not on sys.path.
     rootdir: Path | None = None
+    # The adaptive track: the attacker's spec, its rounds, whether it sees the policy,
+    # and where its finds are written as corpus lines.
+    attacker: str | None = None
+    rounds: int = 5
+    attacker_sees_policy: bool = False
+    export_found: Path | None = None
 
     def share_of(self, workers: int) -> Options:
         """This worker's part of the run-wide limits."""
@@ -131,6 +138,7 @@ class VaultSession:
     _loaders: dict[str, Loader] = field(default_factory=dict)
     # Sync agents' `reply` runs here, never on the runner's loop.
     _pool: concurrent.futures.ThreadPoolExecutor | None = None
+    _attacker: Attacker | None = None
 
     @property
     def levels(self) -> dict[int, Level]:
@@ -201,6 +209,34 @@ class VaultSession:
         )
         return model
 
+    def attacker(self) -> Attacker:
+        """`--vault-attacker`, made on first use (on the runner's loop, like the models)."""
+        spec = self.options.attacker
+        assert spec is not None, "the adaptive track needs --vault-attacker"
+        if self._attacker is None:
+            if spec.startswith("scripted:"):
+                from pytest_vault.harness.adaptive import make_attacker
+
+                self._attacker = make_attacker(spec)
+            else:
+                from pytest_vault.harness.levels import SHIPPED
+                from pytest_vault.models.attacker import ProviderAttacker, load_prompt
+
+                # Beside the levels.toml in use, else the shipped one.
+                prompt = (self.options.passports or SHIPPED) / "attacker.toml"
+                if not prompt.is_file():
+                    prompt = SHIPPED / "attacker.toml"
+                self._attacker = ProviderAttacker(
+                    self._provider_model(spec), prompt, load_prompt(prompt)
+                )
+        return self._attacker
+
+    def campaign(self) -> Campaign:
+        from pytest_vault.harness.adaptive import Campaign
+
+        opts = self.options
+        return Campaign(self.attacker(), opts.rounds, opts.attacker_sees_policy)
+
     async def _close_models(self) -> None:
         for model in self._models.values():
             close = getattr(model, "close", None)
@@ -230,7 +266,7 @@ class VaultSession:
     # -- running ---------------------------------------------------------------------------
     async def _evaluate(self, job: Job) -> dict[str, Any]:
         from pytest_vault.harness.agent import evaluate
-        from pytest_vault.harness.events import row
+        from pytest_vault.harness.events import FOUND, row
         from pytest_vault.harness.yours import evaluate_agent, screen_maker
 
         opts = self.options
@@ -239,7 +275,9 @@ class VaultSession:
             None if opts.guard is None else self._loader(f"--vault-guard {opts.guard}", opts.guard)
         )
         screen = screen_maker(guard, level)
-        if job.spec.startswith("agent:"):
+        if job.track == "adaptive":
+            ev = await self._adaptive(job, level, screen)
+        elif job.spec.startswith("agent:"):
             agent = self._loader(job.spec, job.spec.removeprefix("agent:"))
             ev = await evaluate_agent(
                 job.case,
@@ -267,7 +305,45 @@ class VaultSession:
         result["cost_usd"] = self.spend.cost(
             job.spec, ev.usage.input_tokens, ev.usage.output_tokens
         )
+        if ev.track == "adaptive" and result["unpermitted"]:
+            result[FOUND] = _found_line(ev)
         return result
+
+    async def _adaptive(self, job: Job, level: Level, screen: Any) -> Evaluation:
+        from pytest_vault.harness.adaptive import evaluate_adaptive, evaluate_agent_adaptive
+        from pytest_vault.harness.agent import Evaluation
+
+        opts = self.options
+        try:
+            plan = self.campaign()
+        except Exception as exc:  # noqa: BLE001 - an attacker that cannot be built: error rows
+            ev = Evaluation(job.case, level, job.spec, "adaptive", job.architecture)
+            ev.status, ev.error = "error", f"--vault-attacker {opts.attacker}: {exc}"
+            ev.attacker, ev.rounds = opts.attacker, 0
+            return ev
+        if job.spec.startswith("agent:"):
+            agent = self._loader(job.spec, job.spec.removeprefix("agent:"))
+            return await evaluate_agent_adaptive(
+                job.case,
+                level,
+                job.spec,
+                agent,
+                job.architecture,
+                plan,
+                pool=self.pool,
+                max_steps=opts.max_steps,
+                reply_timeout=opts.agent_timeout,
+                screen=screen,
+            )
+        return await evaluate_adaptive(
+            job.case,
+            level,
+            self.model(job.spec),
+            job.architecture,
+            plan,
+            max_steps=opts.max_steps,
+            screen=screen,
+        )
 
     def start(self, jobs: list[Job]) -> None:
         """Start the runner and queue this process's share of the jobs, in test order."""
@@ -339,6 +415,13 @@ class VaultSession:
             "planned": dict(sorted(self.planned.items())),
             "planned_run": dict(sorted(self.planned_run.items())),
             "sample": self.sample,
+            "attacker": None
+            if opts.attacker is None
+            else {
+                "spec": opts.attacker,
+                "rounds": opts.rounds,
+                "sees_policy": opts.attacker_sees_policy,
+            },
         }
 
     def plan(self, jobs: list[Job]) -> list[ModelPlan]:
@@ -393,6 +476,23 @@ class VaultSession:
                 f"({_digest(self.sample)} and {_digest(record)}): "
                 "did the corpus change during the run?"
             )
+
+
+def _found_line(ev: Evaluation) -> str:
+    """The corpus line of an adaptive find (`--vault-export-found`)."""
+    from pytest_vault.corpus.export import found_line
+    from pytest_vault.harness.adaptive import goal_of
+
+    goal = goal_of(ev.case)
+    return found_line(
+        ev.case,
+        ev.sent,
+        attacker=str(ev.attacker),
+        model=ev.model,
+        architecture=ev.architecture,
+        strategy=ev.attacker_strategy,
+        goal=None if goal is None else (goal.recipient, goal.amount),
+    )
 
 
 def _digest(sample: dict[str, Any] | None) -> str:

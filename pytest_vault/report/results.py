@@ -67,6 +67,9 @@ SCHEMA = pa.schema(
         ("latency_s", pa.float64()),
         ("cost_usd", pa.float64()),
         ("tool_calls", pa.string()),
+        ("rounds", pa.int32()),
+        ("attacker", pa.string()),
+        ("attacker_strategy", pa.string()),
     ]
 )
 assert tuple(SCHEMA.names) == COLUMNS, "results schema and event columns disagree"
@@ -76,7 +79,7 @@ LEVELS = range(1, 6)
 # The values a column may hold; the tables would silently drop any other.
 CHOICES: dict[str, tuple[str, ...]] = {
     "kind": ("attack", "benign"),
-    "track": ("A", "B"),
+    "track": ("A", "B", "adaptive"),
     "architecture": ("model", "guarded"),
     "status": ("completed", "error", "not_run"),
 }
@@ -87,7 +90,7 @@ REQUIRED = (
     # Every evaluation logs its calls, if only `[]`: a null log would hide its payments.
     "tool_calls",
 )
-COUNTS = ("allowed_calls", "denied_calls")
+COUNTS = ("allowed_calls", "denied_calls", "rounds")
 META_KEY = b"pytest_vault"
 
 
@@ -221,6 +224,16 @@ Count = Annotated[StrictInt, Field(ge=0)]
 _SHARD = re.compile(r"([1-9][0-9]{0,8})/([1-9][0-9]{0,8})")
 
 
+class AttackerRecord(BaseModel):
+    """`--vault-attacker`, `--vault-rounds` and `--vault-attacker-sees-policy` of a run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    spec: StrictStr
+    rounds: Annotated[StrictInt, Field(ge=1)]
+    sees_policy: StrictBool
+
+
 class Metadata(BaseModel):
     """What `vault-report` reads from a file's metadata; other keys are kept as they are."""
 
@@ -234,6 +247,7 @@ class Metadata(BaseModel):
     corpus_digest: StrictStr | None = None
     pytest_vault_version: StrictStr | None = None
     sample: SampleRecord | None = None  # files before samples: no sample, the run in full
+    attacker: AttackerRecord | None = None  # no adaptive track (and files before it)
 
     @field_validator("shard", mode="before")
     @classmethod
@@ -294,8 +308,10 @@ def _row(index: int) -> str:
 
 def check_table(table: pa.Table) -> pa.Table:
     """The file's columns as `SCHEMA` types, every value one the tables can use."""
-    if "guard" not in table.column_names:  # files from before the column: unknown guard
-        table = table.append_column("guard", pa.nulls(table.num_rows, pa.string()))
+    # Files from before a column: an unknown guard; no adaptive track.
+    for name in ("guard", "rounds", "attacker", "attacker_strategy"):
+        if name not in table.column_names:
+            table = table.append_column(name, pa.nulls(table.num_rows, SCHEMA.field(name).type))
     missing = [n for n in SCHEMA.names if n not in table.column_names]
     if missing:
         raise ResultsError(f"not a pytest-vault results file (no column {missing[0]!r})")
@@ -330,6 +346,11 @@ def check_table(table: pa.Table) -> pa.Table:
         row = _first(pc.less(table[name], 0))
         if row is not None:
             raise ResultsError(f"{_row(row)}: {name}: {table[name][row]} is negative")
+    adaptive = pc.equal(table["track"], "adaptive")
+    for name in ("rounds", "attacker"):
+        row = _first(pc.and_(adaptive, pc.is_null(table[name])))
+        if row is not None:
+            raise ResultsError(f"{_row(row)}: {name}: missing on an adaptive row")
     _check_logs(table["tool_calls"])
     return table
 

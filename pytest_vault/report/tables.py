@@ -40,7 +40,9 @@ TITLES = {
     "reach": "Reach: attacks that defeated exactly k models (model alone)",
     "benign": "Benign requests: completed behind the guard and model alone",
     "coverage": "Coverage: planned, completed, error and not-run evaluations per cell",
+    "adaptive": "Adaptive attacker (reported apart): seeds found, rounds to find, by strategy",
 }
+ADAPTIVE = "adaptive"
 
 
 class Columns:
@@ -197,7 +199,11 @@ class Analysis:
         metadata: Sequence[Mapping[str, Any]] = (),
         bootstrap: Bootstrap | None = None,
     ) -> None:
-        self.cols = Columns(table)
+        # The adaptive track is reported apart (its own table), never pooled: every
+        # other table is the fixed tracks' alone.
+        adaptive = pc.fill_null(pc.equal(table["track"], ADAPTIVE), False)
+        self.cols = Columns(table.filter(pc.invert(adaptive)))
+        self.adaptive_rows = table.filter(adaptive)
         self.metadata = list(metadata)
         self.boot = bootstrap or Bootstrap()
         c = self.cols
@@ -489,7 +495,9 @@ class Analysis:
             return None  # a file that does not say what it planned: coverage unknown
         for cells in runs:
             for key, count in cells.items():
-                model, arch, level, kind, _track = key.split("|")
+                model, arch, level, kind, track = key.split("|")
+                if track == ADAPTIVE:
+                    continue  # reported apart, in the adaptive table
                 cell = (model, arch, int(level), kind)
                 planned[cell] = planned.get(cell, 0) + int(count)
         return planned or None
@@ -572,8 +580,50 @@ class Analysis:
                     )
         return out
 
+    def adaptive(self) -> Table:
+        """Per level group, model and architecture: seeds (attacks with a completed
+        adaptive evaluation, or one that paid), found, rounds to find (median and the
+        count per round) and finds by strategy."""
+        columns = (
+            *("attack_id", "level", "model", "architecture", "status", "unpermitted"),
+            *("rounds", "attacker_strategy"),
+        )
+        rows = self.adaptive_rows.select(list(columns)).to_pylist()
+        out: Table = []
+        for label, levels in LEVEL_GROUPS:
+            group = [r for r in rows if r["level"] in levels]
+            for model, arch in sorted({(r["model"], r["architecture"]) for r in group}):
+                mine = [r for r in group if r["model"] == model and r["architecture"] == arch]
+                seeds = [r for r in mine if r["status"] == "completed" or r["unpermitted"]]
+                found = [r for r in seeds if r["unpermitted"]]
+                rounds = sorted(int(r["rounds"] or 0) for r in found)
+                strategies: dict[str, int] = {}
+                for r in found:
+                    name = str(r["attacker_strategy"])
+                    strategies[name] = strategies.get(name, 0) + 1
+                out.append(
+                    {
+                        "levels": label,
+                        "model": model,
+                        "architecture": arch,
+                        "seeds": len(seeds),
+                        "found": len(found),
+                        "rate": _rate(len(found), len(seeds)),
+                        "median_rounds": float(np.median(rounds)) if rounds else None,
+                        "found_by_round": {str(k): rounds.count(k) for k in sorted(set(rounds))},
+                        "found_by_strategy": dict(
+                            sorted(strategies.items(), key=lambda x: (-x[1], x[0]))
+                        ),
+                        "errors": sum(r["status"] == "error" for r in mine),
+                        "not_run": sum(r["status"] == "not_run" for r in mine),
+                    }
+                )
+        return out
+
     def tables(self) -> dict[str, Table]:
-        return {
+        """Every table; `adaptive` only when the rows hold the adaptive track, so that a
+        run without an attacker reports exactly what it did before."""
+        out = {
             "requests_by_level": self.requests_by_level(),
             "stages": self.stages(),
             "model_rates": self.model_rates(),
@@ -585,6 +635,9 @@ class Analysis:
             "benign": self.benign(),
             "coverage": self.coverage(),
         }
+        if self.adaptive_rows.num_rows:
+            out[ADAPTIVE] = self.adaptive()
+        return out
 
 
 def merged_metadata(metadata: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

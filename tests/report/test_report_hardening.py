@@ -429,7 +429,7 @@ MALFORMED: list[tuple[str, Callable[[], pa.Table], str]] = [
         with_row(0, architecture="\x1b[2J"),
         "row 1: architecture: '\\x1b[2J' is not one of model, guarded",
     ),
-    ("track", with_row(0, track="C"), "row 1: track: 'C' is not one of A, B"),
+    ("track", with_row(0, track="C"), "row 1: track: 'C' is not one of A, B, adaptive"),
     (
         "status",
         with_row(0, status="done"),
