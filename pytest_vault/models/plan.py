@@ -35,6 +35,8 @@ METHOD = (
     "(system prompt + tools + the user messages so far, as the provider is sent them); model "
     "answers and tool results are not counted",
     "output tokens <=: requests x the level's max_tokens",
+    "adaptive track: up to --vault-rounds user messages, each round sized as the first; a "
+    "real-model attacker's own requests are one per round after the first",
     "first requests cached: distinct first requests of the evaluations that the response "
     "cache answers (valid entries only)",
     "cost: min = the uncached first requests' input tokens est; max = every request at the "
@@ -97,11 +99,15 @@ def plan_run(
     providers: Mapping[str, ProviderModel | str],
     cache: ResponseCache | None,
     prices: Mapping[str, Price],
+    rounds: int = 1,
+    attacker: str | None = None,
 ) -> list[ModelPlan]:
     """One plan per spec, in the order given. `providers` holds, per provider spec, its
-    model (never asked) or why its client could not be built."""
+    model (never asked) or why its client could not be built. An adaptive evaluation
+    sends up to `rounds` user messages; a real-model `attacker` writes all but the first."""
     steps = max(max_steps, 1)  # as evaluate() bounds each user message
     counts = {spec: _Counts() for spec in specs}
+    asks = _Counts()  # the attacker's requests: one per round after the first
     # Per provider spec: each distinct first request's key and input estimate.
     firsts: dict[str, dict[str, int]] = {spec: {} for spec in specs}
     # Bodies repeat across tracks and architectures: estimate each once.
@@ -109,12 +115,19 @@ def plan_run(
     for item in planned:
         c = counts.setdefault(item.spec, _Counts())
         c.evaluations += 1
+        adaptive = item.track == "adaptive"
+        if adaptive:
+            asks.evaluations += 1
+            asks.requests += rounds - 1
         model = providers.get(item.spec)
         if model is None:  # a control (no provider request) or an agent (unknown)
             continue
         level = levels[item.case.level]
         texts = user_messages(item.case, item.track)
-        requests = len(texts) * steps
+        # Adaptive: the attacker's later messages are not known yet; each round is sized
+        # as the first (a conversation only grows, so input is underestimated, not over).
+        sent = rounds if adaptive else len(texts)
+        requests = sent * steps
         c.requests += requests
         c.output += requests * level.max_tokens
         for i in range(len(texts)):
@@ -122,14 +135,20 @@ def plan_run(
             if key not in memo:
                 memo[key] = _estimate(model, item.case, level, texts[: i + 1], first=i == 0)
             estimate, request_key = memo[key]
-            c.input_est += estimate
-            c.input_at_bound += estimate * steps
+            times = rounds if adaptive else 1
+            c.input_est += estimate * times
+            c.input_at_bound += estimate * steps * times
             if request_key is not None:
                 firsts.setdefault(item.spec, {})[request_key] = estimate
-    return [
+    plans = [
         _plan(spec, counts[spec], providers.get(spec), firsts.get(spec, {}), cache, prices)
         for spec in dict.fromkeys([*specs, *counts])
     ]
+    if attacker is not None and asks.evaluations and not attacker.startswith("scripted:"):
+        # Its requests are bounded; its prompts hold the agent's replies, unknown before.
+        note = "attacker: one request per round after the first; tokens not estimated"
+        plans.append(ModelPlan(attacker, asks.evaluations, asks.requests, *(None,) * 7, note=note))
+    return plans
 
 
 def _estimate(

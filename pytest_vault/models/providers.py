@@ -439,13 +439,10 @@ class OpenAIWire:
                 messages.append(
                     {"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content}
                 )
-        return {
-            "model": model,
-            "messages": messages,
-            "tools": [{"type": "function", "function": t} for t in request.tools],
-            "temperature": request.temperature,
-            "max_tokens": request.max_tokens,
-        }
+        body: dict[str, Any] = {"model": model, "messages": messages}
+        if request.tools:  # none (an attacker, a judge): OpenAI refuses an empty list
+            body["tools"] = [{"type": "function", "function": t} for t in request.tools]
+        return body | {"temperature": request.temperature, "max_tokens": request.max_tokens}
 
     def settings(self, body: dict[str, Any]) -> dict[str, str]:
         names = {"max_tokens": self._max_tokens_name, "temperature": "temperature"}

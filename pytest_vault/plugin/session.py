@@ -460,6 +460,8 @@ class VaultSession:
                 providers=providers,
                 cache=ResponseCache(opts.cache) if opts.cache else None,
                 prices=self.spend.prices,
+                rounds=opts.rounds,
+                attacker=opts.attacker,
             )
         finally:
             asyncio.run(close())

@@ -221,8 +221,13 @@ class Gate:
 
 
 def _side(table: pa.Table, model: str, suffix: str) -> pa.Table:
+    # The fixed tracks only: adaptive rows are reported apart, never pooled (their
+    # guarded breaches still count, in `_breaches`).
     done = table.filter(
-        pc.and_(pc.equal(table["model"], model), pc.equal(table["status"], "completed"))
+        pc.and_(
+            pc.and_(pc.equal(table["model"], model), pc.equal(table["status"], "completed")),
+            pc.not_equal(table["track"], "adaptive"),
+        )
     )
     columns = {name: done[name] for name in KEY}
     if not suffix:

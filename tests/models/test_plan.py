@@ -330,3 +330,66 @@ def test_render_is_a_table_with_a_total_and_the_method(fake: FakeProvider) -> No
     assert lines[5] == "method (+? marks what is not known before the run):"
     assert lines[-1] == "nothing was asked: no provider was contacted, no test ran"
     assert len(fake.requests) == 0
+
+
+@pytest.mark.parametrize(("rounds", "max_steps"), [(1, 1), (3, 2), (5, 8)])
+def test_the_adaptive_bound_is_reached_exactly_by_a_model_that_never_stops(
+    fake: FakeProvider, rounds: int, max_steps: int
+) -> None:
+    from pytest_vault.harness.adaptive import Campaign, Escalate, evaluate_adaptive
+
+    items = [Planned(c, SPEC, "adaptive") for c in CASES]
+    [plan, attacker] = plan_run(
+        [SPEC],
+        items,
+        LEVELS,
+        max_steps=max_steps,
+        providers={SPEC: provider()},
+        cache=None,
+        prices={},
+        rounds=rounds,
+        attacker="openai:attacker-model",
+    )
+    assert plan.requests_max == len(CASES) * rounds * max_steps
+
+    async def made() -> int:
+        total = 0
+        for c in CASES:  # Restless never pays: every round is sent, each to the bound
+            ev = await evaluate_adaptive(
+                c,
+                LEVELS[c.level],
+                Restless(),
+                "guarded",
+                Campaign(Escalate(), rounds),
+                max_steps=max_steps,
+            )
+            assert (ev.status, ev.rounds) == ("completed", rounds)
+            total += ev.steps
+        return total
+
+    assert plan.requests_max == asyncio.run(made())
+    # The attacker writes every round after the first: one request each.
+    assert (attacker.model, attacker.evaluations, attacker.requests_max) == (
+        "openai:attacker-model",
+        len(CASES),
+        len(CASES) * (rounds - 1),
+    )
+    assert (attacker.input_tokens_est, attacker.cost_usd_max) == (None, None)
+    # A scripted attacker asks no provider: no row of its own.
+    assert (
+        len(
+            plan_run(
+                [SPEC],
+                items,
+                LEVELS,
+                max_steps=1,
+                providers={SPEC: provider()},
+                cache=None,
+                prices={},
+                rounds=rounds,
+                attacker="scripted:escalate",
+            )
+        )
+        == 1
+    )
+    assert len(fake.requests) == 0

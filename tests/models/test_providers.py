@@ -351,3 +351,29 @@ def test_rate_limiter_spaces_requests() -> None:
     asyncio.run(go())
     assert waits[:2] == [pytest.approx(1.0), pytest.approx(1.0)]  # 61st and 62nd request
     assert sum(waits) == pytest.approx(2 + 19 + 30, abs=0.01)
+
+
+def test_a_request_without_tools_sends_no_tools_key_to_openai() -> None:
+    """An attacker's or a judge's request has no tools; OpenAI refuses `tools: []`. With
+    tools, the body (and so every cache key) is as it always was."""
+    from pytest_vault.harness.agent import TOOLS, Message, ModelRequest
+    from pytest_vault.models.providers import make_wire
+
+    level = load_levels()[2]
+    wire = make_wire(parse_spec("openai:m"), "http://127.0.0.1:9/v1", 1.0)
+
+    def body(tools: Any) -> dict[str, Any]:
+        request = ModelRequest(
+            "sys",
+            (Message("user", "hi"),),
+            tools,
+            0.0,
+            10,
+            None,
+            level,  # type: ignore[arg-type]
+        )
+        return wire.body(request, "m")
+
+    assert list(body(()).keys()) == ["model", "messages", "temperature", "max_tokens"]
+    assert list(body(TOOLS).keys()) == ["model", "messages", "tools", "temperature", "max_tokens"]
+    assert body(TOOLS)["tools"] == [{"type": "function", "function": t} for t in TOOLS]

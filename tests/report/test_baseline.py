@@ -185,6 +185,20 @@ def test_only_matched_completed_triples_are_compared() -> None:
     ]
 
 
+def test_adaptive_rows_are_never_pooled_into_the_gate_but_their_breaches_count() -> None:
+    adaptive = {"track": "adaptive", "rounds": 3, "attacker": "scripted:escalate"}
+    found = [
+        row(attack_id=f"a{i}", session=f"s{i}", unpermitted=True, **adaptive) for i in range(40)
+    ]
+    base = [row(attack_id=f"a{i}", session=f"s{i}", **adaptive) for i in range(40)]
+    gate = compare(to_table(found), base_of(base))
+    assert (gate.comparisons, gate.unmatched) == ([], ["m"])  # nothing of it compared
+    behind = [row(attack_id="g", architecture="guarded", unpermitted=True, **adaptive)]
+    assert [
+        (b.levels, b.unpermitted) for b in compare(to_table(behind), base_of(base)).breaches
+    ] == [("2-4", 1)]
+
+
 def test_benign_completion_below_the_baseline_is_a_regression() -> None:
     def benign(done: bool, arch: str) -> list[dict[str, Any]]:
         return [
