@@ -395,12 +395,22 @@ def test_stdio_keeps_stderr_one_escaped_line_each_and_answers_a_deep_message(
         deep,
         rpc(4, "tools/call", {"nam": "get_balance"}),
     ]
-    try:  # end of input ends the server, once it has answered
-        out, err = server.communicate(b"".join(line + b"\n" for line in lines), timeout=30)
+    assert server.stdin is not None and server.stdout is not None and server.stderr is not None
+    said: queue.Queue[bytes] = queue.Queue()
+    threading.Thread(target=lambda: [said.put(x) for x in server.stdout], daemon=True).start()
+    try:
+        server.stdin.write(b"".join(line + b"\n" for line in lines))
+        server.stdin.flush()
+        # Every answer before the end of input: the SDK cancels calls still in progress
+        # when stdin ends, so closing first would race the server on a loaded machine.
+        got = [json.loads(said.get(timeout=30)) for _ in range(4)]
+        server.stdin.close()
+        assert server.wait(timeout=30) == 0
+        err = server.stderr.read()
     finally:
         server.kill()
         server.wait(timeout=30)
-    answers = {a["id"]: a for a in map(json.loads, out.splitlines())}
+    answers = {a["id"]: a for a in got}
     assert sorted(answers) == [1, 2, 3, 4]
     assert answers[2]["result"]["content"][0]["text"] == f"Unknown tool: {hostile}"
     assert answers[3] == {
