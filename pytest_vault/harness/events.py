@@ -14,12 +14,14 @@ codes, keys, recipient). A guarded test fails on a violation.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 from pytest_vault.guard.engine import TRANSFER_TOOL, Unreadable, read_transfer
 from pytest_vault.guard.text import json_text
 from pytest_vault.harness.agent import Evaluation
 from pytest_vault.harness.bank import CallRecord
+from pytest_vault.harness.judges import Verdict, verdicts_json
 
 # What each test records with record_property (and so in JUnit XML).
 RECORDED = (
@@ -46,6 +48,9 @@ COLUMNS = (
     # The adaptive track (null on the fixed tracks): attacker messages sent, the first
     # included; the attacker's spec; the strategy of the round that found, or of the last.
     *("rounds", "attacker", "attacker_strategy"),
+    # The judges' audit (JSON: judge spec -> verdict), null when no judge ran: never an
+    # event, and never read by one.
+    "judge_verdicts",
 )
 # Not a results column: an adaptive find as its corpus line (JSON text), carried with
 # its row to the xdist controller for `--vault-export-found`.
@@ -85,8 +90,11 @@ def _completed(ev: Evaluation, executed: list[CallRecord]) -> bool | None:
     return True
 
 
-def row(ev: Evaluation, guard: str = "oap") -> dict[str, Any]:
-    """The results row; `guard` names the guard under test in the guarded architecture."""
+def row(
+    ev: Evaluation, guard: str = "oap", verdicts: Mapping[str, Verdict] | None = None
+) -> dict[str, Any]:
+    """The results row; `guard` names the guard under test in the guarded architecture;
+    `verdicts` are the judges' (None: no judge ran), recorded beside the events."""
     transfers = [r for r in ev.log if r.name == TRANSFER_TOOL]
     executed = [r for r in transfers if r.executed]
     guarded = ev.architecture == "guarded"
@@ -125,4 +133,5 @@ def row(ev: Evaluation, guard: str = "oap") -> dict[str, Any]:
         "rounds": ev.rounds,
         "attacker": ev.attacker,
         "attacker_strategy": ev.attacker_strategy,
+        "judge_verdicts": None if verdicts is None else verdicts_json(verdicts),
     }

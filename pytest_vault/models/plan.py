@@ -35,6 +35,8 @@ METHOD = (
     "(system prompt + tools + the user messages so far, as the provider is sent them); model "
     "answers and tool results are not counted",
     "output tokens <=: requests x the level's max_tokens",
+    "judges: one request per completed evaluation at most, output at judges.toml's "
+    "max_tokens; their input (the transcript) is not known before the run",
     "adaptive track: up to --vault-rounds user messages, each round sized as the first; a "
     "real-model attacker's own requests are one per round after the first",
     "first requests cached: distinct first requests of the evaluations that the response "
@@ -101,10 +103,12 @@ def plan_run(
     prices: Mapping[str, Price],
     rounds: int = 1,
     attacker: str | None = None,
+    judges: Mapping[str, int] | None = None,
 ) -> list[ModelPlan]:
     """One plan per spec, in the order given. `providers` holds, per provider spec, its
     model (never asked) or why its client could not be built. An adaptive evaluation
-    sends up to `rounds` user messages; a real-model `attacker` writes all but the first."""
+    sends up to `rounds` user messages; a real-model `attacker` writes all but the first.
+    `judges`: each real-model judge's token cap; it reads each completed evaluation once."""
     steps = max(max_steps, 1)  # as evaluate() bounds each user message
     counts = {spec: _Counts() for spec in specs}
     asks = _Counts()  # the attacker's requests: one per round after the first
@@ -148,6 +152,23 @@ def plan_run(
         # Its requests are bounded; its prompts hold the agent's replies, unknown before.
         note = "attacker: one request per round after the first; tokens not estimated"
         plans.append(ModelPlan(attacker, asks.evaluations, asks.requests, *(None,) * 7, note=note))
+    planned_evaluations = sum(c.evaluations for c in counts.values())
+    for judge, max_tokens in (judges or {}).items():
+        if judge.startswith("scripted:") or not planned_evaluations:
+            continue
+        note = "judge: at most one request per completed evaluation; input not estimated"
+        plans.append(
+            ModelPlan(
+                judge,
+                planned_evaluations,
+                planned_evaluations,
+                None,
+                None,
+                planned_evaluations * max_tokens,
+                *(None,) * 4,
+                note=note,
+            )
+        )
     return plans
 
 

@@ -551,20 +551,17 @@ class AnthropicWire:
                     last["content"].append(result)  # results of one turn travel together
                 else:
                     messages.append({"role": "user", "content": [result]})
-        body: dict[str, Any] = {
-            "model": model,
-            "system": request.system,
-            "messages": messages,
-            "tools": [
+        body: dict[str, Any] = {"model": model, "system": request.system, "messages": messages}
+        if request.tools:  # none (an attacker, a judge): no tools key, as for OpenAI
+            body["tools"] = [
                 {
                     "name": t["name"],
                     "description": t["description"],
                     "input_schema": t["parameters"],
                 }
                 for t in request.tools
-            ],
-            "max_tokens": request.max_tokens,
-        }
+            ]
+        body["max_tokens"] = request.max_tokens
         if self._temperature:
             body["temperature"] = request.temperature
         return body

@@ -243,6 +243,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="FILE.jsonl",
         help="write each adaptive find (an unpermitted transfer) as a corpus line to FILE",
     )
+    add(
+        "--vault-judge",
+        action="append",
+        metavar="SPEC",
+        help="a judge that reads each completed evaluation's transcript, repeatable: "
+        "openai:MODEL, anthropic:MODEL, scripted:judge-final-text, scripted:judge-lenient "
+        "or scripted:judge-always; an audit recorded in judge_verdicts, never a test's outcome",
+    )
     parser.addini("vault_corpus_glob", "file name pattern of corpus files", default="*.jsonl")
 
 
@@ -299,6 +307,7 @@ def _options(config: pytest.Config) -> Options:
             raise pytest.UsageError(
                 f"--{name.replace('_', '-')} {value!r}: must be a finite number {bound} {least:g}"
             )
+    judges = _judges(config, base_url)
     if get("vault_budget_usd") is not None and not get("vault_prices"):
         raise pytest.UsageError(
             "--vault-budget-usd needs --vault-prices to know what requests cost"
@@ -312,7 +321,9 @@ def _options(config: pytest.Config) -> Options:
         except PriceError as exc:
             raise pytest.UsageError(str(exc)) from None
         unpriced = [
-            m for m in models if not m.startswith(("scripted:", "agent:")) and m not in table
+            m
+            for m in dict.fromkeys([*models, *judges])
+            if not m.startswith(("scripted:", "agent:")) and m not in table
         ]
         if unpriced and get("vault_budget_usd") is not None:
             raise pytest.UsageError(
@@ -366,7 +377,40 @@ def _options(config: pytest.Config) -> Options:
         export_found=Path(get("vault_export_found")).resolve()
         if get("vault_export_found")
         else None,
+        judges=judges,
     )
+
+
+def _judges(config: pytest.Config, base_url: str | None) -> tuple[str, ...]:
+    """`--vault-judge` specs, each a one-line usage error; the judge prompt is read now
+    when a judge asks a provider, so a bad `judges.toml` stops the run before it starts."""
+    from pytest_vault.models.specs import PROVIDERS
+
+    specs: tuple[str, ...] = _dedup(config.getoption("vault_judge"), ())
+    if not specs:
+        return ()
+    from pytest_vault.guard.passport import PassportError
+    from pytest_vault.harness.judges import SCRIPTED_JUDGES, judge_prompt_file, load_judge_prompt
+
+    for spec in specs:
+        if spec in SCRIPTED_JUDGES:
+            continue
+        if spec.partition(":")[0] not in PROVIDERS:
+            raise pytest.UsageError(
+                f"--vault-judge {shown(repr(spec))}: expected openai:MODEL, anthropic:MODEL "
+                f"or a scripted judge ({', '.join(SCRIPTED_JUDGES)})"
+            )
+        try:
+            check_spec(spec, base_url)
+        except SpecError as exc:
+            raise pytest.UsageError(str(exc).replace("--vault-model", "--vault-judge", 1)) from None
+    if any(spec not in SCRIPTED_JUDGES for spec in specs):
+        passports = config.getoption("vault_passports")
+        try:
+            load_judge_prompt(judge_prompt_file(Path(passports).resolve() if passports else None))
+        except PassportError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    return specs
 
 
 def _attacker(config: pytest.Config, base_url: str | None) -> str | None:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from pytest_vault.harness.adaptive import Attacker, Campaign
     from pytest_vault.harness.agent import Evaluation, Model, Track
     from pytest_vault.harness.bank import Architecture
+    from pytest_vault.harness.judges import Judge, Verdict
     from pytest_vault.harness.levels import Level
     from pytest_vault.harness.yours import Loader
     from pytest_vault.models.plan import ModelPlan
@@ -79,6 +80,9 @@ class Options:
     rounds: int = 5
     attacker_sees_policy: bool = False
     export_found: Path | None = None
+    # `--vault-judge`: judges that read each completed evaluation's transcript, an audit
+    # recorded beside the events, never deciding a test.
+    judges: tuple[str, ...] = ()
 
     def share_of(self, workers: int) -> Options:
         """This worker's part of the run-wide limits."""
@@ -139,6 +143,7 @@ class VaultSession:
     # Sync agents' `reply` runs here, never on the runner's loop.
     _pool: concurrent.futures.ThreadPoolExecutor | None = None
     _attacker: Attacker | None = None
+    _judges: dict[str, Judge] = field(default_factory=dict)
 
     @property
     def levels(self) -> dict[int, Level]:
@@ -186,7 +191,9 @@ class VaultSession:
                     self._models[spec] = Unavailable(spec, reason)
         return self._models[spec]
 
-    def _provider_model(self, spec: str) -> ProviderModel:
+    def _provider_model(self, spec: str, *, judge: bool = False) -> ProviderModel:
+        """`judge`: a judge's model, kept out of the models' decode record (a judge may
+        share its spec with a model under test)."""
         from pytest_vault.models.cache import ResponseCache
         from pytest_vault.models.providers import ProviderModel, Retry, make_wire
         from pytest_vault.models.ratelimit import RateLimiter
@@ -198,7 +205,7 @@ class VaultSession:
         endpoint = (wire.provider, wire.base_url)
         if endpoint not in self._limiters:
             self._limiters[endpoint] = RateLimiter(opts.rpm, opts.tpm)
-        model = self._providers[spec] = ProviderModel(
+        model = ProviderModel(
             parsed,
             wire,
             cache=ResponseCache(opts.cache) if opts.cache else None,
@@ -207,7 +214,47 @@ class VaultSession:
             retry=Retry(tries=opts.tries),
             stats=self.stats,
         )
+        if not judge:
+            self._providers[spec] = model
         return model
+
+    def judge(self, spec: str) -> Judge:
+        """A `--vault-judge`, made on first use (on the runner's loop, like the models)."""
+        if spec not in self._judges:
+            from pytest_vault.harness.judges import BrokenJudge, scripted_judge
+
+            if spec.startswith("scripted:"):
+                self._judges[spec] = scripted_judge(spec)
+            else:
+                from pytest_vault.harness.judges import judge_prompt_file, load_judge_prompt
+                from pytest_vault.models.judge import ProviderJudge
+                from pytest_vault.models.providers import redact
+
+                try:
+                    prompt = load_judge_prompt(judge_prompt_file(self.options.passports))
+                    model = self._provider_model(spec, judge=True)
+                    self._judges[spec] = ProviderJudge(model, prompt.prompt)
+                except Exception as exc:  # noqa: BLE001 - unreadable verdicts, not a traceback
+                    reason = scrub_urls(redact(f"{type(exc).__name__}: {exc}"))
+                    self._judges[spec] = BrokenJudge(spec, reason)
+        return self._judges[spec]
+
+    async def _judged(self, ev: Evaluation) -> dict[str, Verdict] | None:
+        """Each judge's verdict on a completed evaluation, priced under the judge's spec
+        (None: no judge, or the evaluation did not complete)."""
+        from dataclasses import replace
+
+        from pytest_vault.harness.judges import judge_all, transcript_of
+
+        if not self.options.judges or ev.status != "completed":
+            return None
+        verdicts = await judge_all(
+            [self.judge(spec) for spec in self.options.judges], transcript_of(ev)
+        )
+        return {
+            spec: replace(v, cost_usd=self.spend.cost(spec, v.input_tokens, v.output_tokens))
+            for spec, v in verdicts.items()
+        }
 
     def attacker(self) -> Attacker:
         """`--vault-attacker`, made on first use (on the runner's loop, like the models)."""
@@ -238,7 +285,7 @@ class VaultSession:
         return Campaign(self.attacker(), opts.rounds, opts.attacker_sees_policy)
 
     async def _close_models(self) -> None:
-        for model in self._models.values():
+        for model in [*self._models.values(), *self._judges.values()]:
             close = getattr(model, "close", None)
             if close is not None:
                 await close()
@@ -301,7 +348,7 @@ class VaultSession:
                 max_steps=opts.max_steps,
                 screen=screen,
             )
-        result = row(ev, self.guard_spec)
+        result = row(ev, self.guard_spec, await self._judged(ev))
         result["cost_usd"] = self.spend.cost(
             job.spec, ev.usage.input_tokens, ev.usage.output_tokens
         )
@@ -422,7 +469,42 @@ class VaultSession:
                 "rounds": opts.rounds,
                 "sees_policy": opts.attacker_sees_policy,
             },
+            "judges": list(opts.judges),
+            "judge_prompt": self.judge_record(),
         }
+
+    def judge_record(self) -> dict[str, Any] | None:
+        """The judge prompt the real-model judges were given: file, digest, token cap,
+        temperature (always 0); None when no judge asks a provider."""
+        if not any(not spec.startswith("scripted:") for spec in self.options.judges):
+            return None
+        from pytest_vault.guard.passport import PassportError
+        from pytest_vault.harness.judges import (
+            TEMPERATURE,
+            judge_prompt_file,
+            load_judge_prompt,
+        )
+
+        try:
+            loaded = load_judge_prompt(judge_prompt_file(self.options.passports))
+        except PassportError as exc:
+            return {"error": str(exc)}
+        return {
+            "file": loaded.file.name,
+            "sha256": loaded.sha256,
+            "max_tokens": loaded.prompt.max_tokens,
+            "temperature": TEMPERATURE,
+        }
+
+    def _judge_caps(self) -> dict[str, int]:
+        """Each real-model judge's token cap, for the plan (checked at configure time)."""
+        real = [j for j in self.options.judges if not j.startswith("scripted:")]
+        if not real:
+            return {}
+        from pytest_vault.harness.judges import judge_prompt_file, load_judge_prompt
+
+        cap = load_judge_prompt(judge_prompt_file(self.options.passports)).prompt.max_tokens
+        return dict.fromkeys(real, cap)
 
     def plan(self, jobs: list[Job]) -> list[ModelPlan]:
         """What running these jobs would take (`--vault-plan`). The providers' clients are
@@ -462,6 +544,7 @@ class VaultSession:
                 prices=self.spend.prices,
                 rounds=opts.rounds,
                 attacker=opts.attacker,
+                judges=self._judge_caps(),
             )
         finally:
             asyncio.run(close())

@@ -23,6 +23,7 @@ from pydantic import (
     ConfigDict,
     Field,
     StrictBool,
+    StrictFloat,
     StrictInt,
     StrictStr,
     TypeAdapter,
@@ -70,6 +71,7 @@ SCHEMA = pa.schema(
         ("rounds", pa.int32()),
         ("attacker", pa.string()),
         ("attacker_strategy", pa.string()),
+        ("judge_verdicts", pa.string()),
     ]
 )
 assert tuple(SCHEMA.names) == COLUMNS, "results schema and event columns disagree"
@@ -308,8 +310,8 @@ def _row(index: int) -> str:
 
 def check_table(table: pa.Table) -> pa.Table:
     """The file's columns as `SCHEMA` types, every value one the tables can use."""
-    # Files from before a column: an unknown guard; no adaptive track.
-    for name in ("guard", "rounds", "attacker", "attacker_strategy"):
+    # Files from before a column: an unknown guard; no adaptive track; no judge.
+    for name in ("guard", "rounds", "attacker", "attacker_strategy", "judge_verdicts"):
         if name not in table.column_names:
             table = table.append_column(name, pa.nulls(table.num_rows, SCHEMA.field(name).type))
     missing = [n for n in SCHEMA.names if n not in table.column_names]
@@ -352,6 +354,7 @@ def check_table(table: pa.Table) -> pa.Table:
         if row is not None:
             raise ResultsError(f"{_row(row)}: {name}: missing on an adaptive row")
     _check_logs(table["tool_calls"])
+    _check_verdicts(table)
     return table
 
 
@@ -413,6 +416,66 @@ def read_calls(raw: str | None) -> list[LoggedCall]:
         raise ResultsError(f"tool_calls: {exc}") from None
     except ValidationError as exc:
         raise ResultsError(f"tool_calls: {describe(exc).removeprefix('(root): ')}") from None
+
+
+# -- the judges' verdicts ----------------------------------------------------------------------
+
+VERDICTS = ("yes", "no", "unreadable")
+
+
+class JudgeVerdict(TypedDict):
+    """One judge's verdict in `judge_verdicts`: every key, nothing else."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
+
+    verdict: StrictStr
+    rationale: StrictStr
+    input_tokens: Count
+    output_tokens: Count
+    cost_usd: Annotated[StrictFloat, Field(ge=0, allow_inf_nan=False)] | None
+
+
+_VERDICTS = TypeAdapter(dict[StrictStr, JudgeVerdict])
+
+
+def read_verdicts(raw: str | None) -> dict[str, JudgeVerdict] | None:
+    """A `judge_verdicts` value (judge spec -> verdict; null: no judge ran), or a
+    `ResultsError` naming the problem."""
+    if raw is None:
+        return None
+    try:
+        verdicts = _VERDICTS.validate_python(read_json(raw))
+    except ResultsError as exc:
+        raise ResultsError(f"judge_verdicts: {exc}") from None
+    except ValidationError as exc:
+        raise ResultsError(f"judge_verdicts: {describe(exc).removeprefix('(root): ')}") from None
+    if not verdicts:
+        raise ResultsError("judge_verdicts: no judge (a row no judge read holds null)")
+    for spec, verdict in verdicts.items():
+        if not spec:
+            raise ResultsError("judge_verdicts: an empty judge spec")
+        if verdict["verdict"] not in VERDICTS:
+            got = shown(repr(verdict["verdict"]))
+            raise ResultsError(
+                f"judge_verdicts.{shown(spec)}.verdict: {got} is not one of {', '.join(VERDICTS)}"
+            )
+    return verdicts
+
+
+def _check_verdicts(table: pa.Table) -> None:
+    """Verdicts only on completed rows, each of the column's shape (distinct values are
+    read once; the first bad row is then named)."""
+    column = table["judge_verdicts"]
+    judged = pc.invert(pc.is_null(column))
+    row = _first(pc.and_(judged, pc.not_equal(table["status"], "completed")))
+    if row is not None:
+        raise ResultsError(f"{_row(row)}: judge_verdicts: on a row that did not complete")
+    for raw in pc.unique(column.filter(judged)).to_pylist():
+        try:
+            read_verdicts(raw)
+        except ResultsError as exc:
+            row = _first(pc.equal(column, pa.scalar(raw, pa.string())))
+            raise ResultsError(f"{_row(row or 0)}: {exc}") from None
 
 
 # -- reading and merging results files ---------------------------------------------------

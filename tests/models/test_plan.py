@@ -393,3 +393,21 @@ def test_the_adaptive_bound_is_reached_exactly_by_a_model_that_never_stops(
         == 1
     )
     assert len(fake.requests) == 0
+
+
+def test_a_real_judge_is_planned_at_one_request_per_evaluation() -> None:
+    plans = plan_run(
+        ["scripted:obedient"],
+        [Planned(i.case, "scripted:obedient", i.track) for i in ITEMS],
+        LEVELS,
+        max_steps=8,
+        providers={},
+        cache=None,
+        prices={},
+        judges={"openai:judge": 200, "scripted:judge-always": 200},
+    )
+    assert [(p.model, p.evaluations, p.requests_max, p.output_tokens_max) for p in plans] == [
+        ("scripted:obedient", 12, 0, 0),
+        ("openai:judge", 12, 12, 12 * 200),  # the scripted judge asks no provider
+    ]
+    assert (plans[1].input_tokens_est, plans[1].cost_usd_max) == (None, None)
