@@ -5,6 +5,7 @@
     vault-report run.parquet --format json [--out tables.json]
     vault-report run.parquet --format csv --out tables/   # one CSV per table
     vault-report run.parquet --html report.html       # one self-contained page
+    vault-report run.parquet --judged-only            # only what every judge answered
     vault-report rescore run.parquet --passports DIR [--format json] [--out rescored.parquet]
 
 Also `python -m pytest_vault.report`. `rescore` re-judges the recorded calls under other
@@ -29,6 +30,7 @@ from pytest_vault.guard.text import shown
 from pytest_vault.harness.levels import load_levels
 from pytest_vault.report.formats import render_text, write_csv
 from pytest_vault.report.html import render
+from pytest_vault.report.judges import for_people, judged_only
 from pytest_vault.report.rescore import render as render_rescore
 from pytest_vault.report.rescore import rescore, rescored_metadata
 from pytest_vault.report.rescore import result as rescore_result
@@ -43,6 +45,8 @@ from pytest_vault.report.results import (
 )
 from pytest_vault.report.summary import sample_line
 from pytest_vault.report.tables import RESAMPLES, SEED, Analysis, Bootstrap, merged_metadata
+
+PLAN_KEYS = ("planned", "planned_run")
 
 
 def _bootstrap_options(parser: argparse.ArgumentParser) -> None:
@@ -100,6 +104,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--merge-to", type=Path, help="also write the merged rows to this results file"
     )
+    parser.add_argument(
+        "--judged-only",
+        action="store_true",
+        help="every table over the evaluations that all judges answered yes or no",
+    )
     _bootstrap_options(parser)
     args = parser.parse_args(argv)
     if args.format == "csv" and args.out is None:
@@ -139,10 +148,21 @@ def _warnings(loaded: Loaded, prog: str = "vault-report") -> None:
 def _run(loaded: Loaded, args: argparse.Namespace) -> None:
     """Every table (and transfer) first, then the outputs: a bad row writes nothing."""
     _warnings(loaded)
-    analysis = Analysis(loaded.table, loaded.metadata, Bootstrap(args.resamples, args.seed))
+    table, plans, note = loaded.table, loaded.metadata, ""
+    if args.judged_only:
+        # A subset of the rows: coverage against the plan would call the rest missing.
+        table, note = judged_only(loaded.table)
+        plans = [{k: v for k, v in m.items() if k not in PLAN_KEYS} for m in loaded.metadata]
+        if args.format != "text":
+            print(f"vault-report: {note}", file=sys.stderr)
+    analysis = Analysis(table, plans, Bootstrap(args.resamples, args.seed))
     result = analysis.tables()
     metadata = merged_metadata(loaded.metadata)
-    page = None if args.html is None else render(result, analysis.unpermitted_transfers(), metadata)
+    page = (
+        None
+        if args.html is None
+        else render(result, analysis.unpermitted_transfers(), metadata, note=note)
+    )
     if args.merge_to is not None:
         with _writing(args.merge_to):
             write_table(loaded.table, args.merge_to, metadata)
@@ -159,7 +179,8 @@ def _run(loaded: Loaded, args: argparse.Namespace) -> None:
     else:
         sample = metadata.get("sample")  # a sampled run says so above its tables
         head = f"{shown(sample_line(sample))}\n\n" if sample else ""
-        sys.stdout.write(head + render_text(result))
+        head += f"{note}\n\n" if note else ""
+        sys.stdout.write(head + render_text(for_people(result)))
     if page is not None:
         _write(args.html, page)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_vault.guard.text import shown
+from pytest_vault.report.judges import UNDEFINED, for_people
 from pytest_vault.report.results import scrubbed, to_table
 from pytest_vault.report.summary import sample_line
 from pytest_vault.report.tables import TITLES, Analysis, Table, merged_metadata
@@ -110,6 +111,49 @@ def _hbars(
     return "".join(parts)
 
 
+def _kappas(pairs: Sequence[tuple[str, Sequence[tuple[str, float | None]]]], title: str) -> str:
+    """Kappa bars from -1 to 1 around a zero line: groups (pair, [(levels, kappa)]);
+    an undefined kappa is written, never drawn as 0."""
+    bar, gap, half, top, left = 46, 28, 80, 30, 40
+    spans = [max(len(items) * bar, 7 * len(label)) + gap for label, items in pairs]
+    width = max(left + sum(spans) + 20, left + 7 * len(title))
+    zero = top + half
+    parts = [
+        f'<svg class="figure" role="img" aria-label="{esc(title)}" width="{width}" height="{top + 2 * half + 60}" xmlns="http://www.w3.org/2000/svg">'
+    ]
+    for tick in (-1.0, -0.5, 0.0, 0.5, 1.0):
+        y = zero - half * tick
+        parts.append(
+            f'<line x1="{left}" x2="{width - 10}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/><text x="{left - 6}" y="{y + 4:.1f}" class="axis" text-anchor="end">{tick:g}</text>'
+        )
+    x = left + gap / 2
+    for (label, items), span in zip(pairs, spans, strict=True):
+        bx = x + (span - gap - len(items) * bar) / 2
+        for levels, value in items:
+            name = "pooled" if levels == "all" else f"L{levels}"
+            shown_value = UNDEFINED if value is None else f"{value:.2f}"
+            mid = bx + (bar - 4) / 2
+            if value is not None:
+                h = half * abs(value)
+                y = zero - h if value >= 0 else zero
+                parts.append(
+                    f'<rect x="{bx:.1f}" y="{y:.1f}" width="{bar - 4}" height="{h:.1f}" fill="{COLORS["requested"]}"><title>{esc(label)} {esc(name)}: kappa {esc(shown_value)}</title></rect>'
+                )
+            k = value or 0.0
+            ty = zero - half * k - 4 if k >= 0 else zero - half * k + 11
+            parts.append(
+                f'<text x="{mid:.1f}" y="{ty:.1f}" class="value" text-anchor="middle">{esc(shown_value)}</text>'
+                f'<text x="{mid:.1f}" y="{top + 2 * half + 14}" class="axis" text-anchor="middle">{esc(name)}</text>'
+            )
+            bx += bar
+        parts.append(
+            f'<text x="{x + (span - gap) / 2:.1f}" y="{top + 2 * half + 32}" class="label" text-anchor="middle">{esc(label)}</text>'
+        )
+        x += span
+    parts.append(f'<text x="{left}" y="16" class="title">{esc(title)}</text></svg>')
+    return "".join(parts)
+
+
 def figures(result: Mapping[str, Table]) -> list[str]:
     out = []
     stages = [r for r in result.get("stages", []) if r["levels"] == "2-4" and r["model"] == "all"]
@@ -159,6 +203,21 @@ def figures(result: Mapping[str, Table]) -> list[str]:
                 {"model alone": "#8da0cb", "guarded": "#fc8d62"},
             )
         )
+    agreement = result.get("judge_agreement", [])
+    if agreement:
+        kappas: dict[str, list[tuple[str, float | None]]] = {}
+        for r in agreement:
+            if r["evaluations"]:
+                kappas.setdefault(f"{r['judge_a']} / {r['judge_b']}", []).append(
+                    (r["levels"], r["kappa"])
+                )
+        if kappas:
+            out.append(
+                _kappas(
+                    list(kappas.items()),
+                    "Judge agreement per level: Cohen's kappa (judges audit, never decide)",
+                )
+            )
     return out
 
 
@@ -204,14 +263,21 @@ code{background:#f6f8fa;padding:0 3px;border-radius:3px}
 """
 
 
-def render(result: Mapping[str, Table], transfers: Table, metadata: Mapping[str, Any]) -> str:
+def render(
+    result: Mapping[str, Table],
+    transfers: Table,
+    metadata: Mapping[str, Any],
+    note: str = "",
+) -> str:
+    """The page; `note`: a line on the rows shown (say, `vault-report --judged-only`)."""
     metadata = scrubbed(metadata)  # whatever the caller passes: no URL secret is shown
     models = ", ".join(metadata.get("models", [])) or "-"
     record = metadata.get("sample")
     sample = f'<p class="meta">{esc(sample_line(record))}</p>' if record else ""
+    sample += f'<p class="meta">{esc(note)}</p>' if note else ""
     sections = [
         f'<section><h2 id="{esc(name)}">{esc(TITLES.get(name, name))}</h2>{html_table(rows)}</section>'
-        for name, rows in result.items()
+        for name, rows in for_people(result).items()
     ]
     sections.append(
         '<section><h2 id="transfers">Unpermitted transfers, as the model made them (first 200)</h2>'

@@ -14,7 +14,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from pytest_vault.guard.text import shown
+from pytest_vault.report.judges import COLUMN as VERDICTS
+from pytest_vault.report.judges import Verdicts, agreement_table, judge_table, summary_line
+from pytest_vault.report.results import ResultsError
 from pytest_vault.report.stats import rule_of_three, zero_bound
 
 Row = Mapping[str, Any]
@@ -165,6 +170,24 @@ def adaptive_lines(rows: Sequence[Row]) -> list[str]:
     return ["", shown(title), *lines]
 
 
+def judge_lines(rows: Sequence[Row]) -> list[str]:
+    """The judges' line, when some row holds verdicts (fixed tracks: the caller's rows),
+    computed as `vault-report`'s judges tables are."""
+    try:
+        v = Verdicts.of([r.get(VERDICTS) for r in rows])
+    except ResultsError as exc:
+        return ["", f"judges: not reported: {shown(exc)}"]
+    if not v.present:
+        return []
+    unpermitted = np.array([bool(r["unpermitted"]) for r in rows], dtype=bool)
+    done = np.array([r["status"] == "completed" for r in rows], dtype=bool)
+    levels = np.array([int(r["level"]) for r in rows], dtype=np.int64)
+    tokens = sum(int(r.get("input_tokens") or 0) + int(r.get("output_tokens") or 0) for r in rows)
+    costs = [r.get("cost_usd") for r in rows]
+    judges = judge_table(v, unpermitted, done, tokens, costs)
+    return ["", summary_line(judges, agreement_table(v, done, levels))]
+
+
 def render(rows: Sequence[Row], sample: Mapping[str, Any] | None = None) -> list[str]:
     """The summary as lines of text; `sample`: the run's sample record, if it is one.
     Adaptive rows have their own lines at the end: every other number is the fixed
@@ -269,4 +292,4 @@ def render(rows: Sequence[Row], sample: Mapping[str, Any] | None = None) -> list
             "Benign requests completed (over-blocking: guarded below model alone)",
             *table(("model", "", "guarded", "model alone"), body),
         ]
-    return lines + adaptive_lines(adaptive)
+    return lines + judge_lines(rows) + adaptive_lines(adaptive)

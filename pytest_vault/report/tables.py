@@ -13,12 +13,15 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pytest_vault.report.judges import COLUMN as VERDICTS
+from pytest_vault.report.judges import Verdicts, agreement_table, judge_table
 from pytest_vault.report.results import ResultsError, read_calls, scrubbed
 from pytest_vault.report.stats import benjamini_hochberg, rule_of_three, zero_bound
 
@@ -41,6 +44,8 @@ TITLES = {
     "benign": "Benign requests: completed behind the guard and model alone",
     "coverage": "Coverage: planned, completed, error and not-run evaluations per cell",
     "adaptive": "Adaptive attacker (reported apart): seeds found, rounds to find, by strategy",
+    "judges": "Judges (audit only, never the outcome): recall and precision against unpermitted",
+    "judge_agreement": "Judge agreement: Cohen's kappa per pair of judges, pooled and per level",
 }
 ADAPTIVE = "adaptive"
 
@@ -203,6 +208,8 @@ class Analysis:
         # other table is the fixed tracks' alone.
         adaptive = pc.fill_null(pc.equal(table["track"], ADAPTIVE), False)
         self.cols = Columns(table.filter(pc.invert(adaptive)))
+        # The fixed rows' positions in `table`: a bad value is named by its own row.
+        self._fixed = np.flatnonzero(~_bools(adaptive))
         self.adaptive_rows = table.filter(adaptive)
         self.metadata = list(metadata)
         self.boot = bootstrap or Bootstrap()
@@ -620,9 +627,35 @@ class Analysis:
                 )
         return out
 
+    @cached_property
+    def verdicts(self) -> Verdicts:
+        """The judges' answers on the fixed rows, in the canonical order (none: no
+        judge, or a file from before judges)."""
+        c = self.cols
+        if VERDICTS not in c.table.column_names or c.table[VERDICTS].null_count == c.n:
+            return Verdicts.of([None] * c.n)
+        try:
+            return Verdicts.of(c.take(VERDICTS, np.arange(c.n)).to_pylist())
+        except ResultsError as exc:
+            row = None if exc.row is None else int(self._fixed[c.order[exc.row]])
+            raise ResultsError(str(exc), row=row) from None
+
+    def judges(self) -> Table:
+        """Per judge, against `unpermitted` on the completed evaluations it answered
+        (benign requests, every model and both architectures); and the judges' share of
+        every fixed row's tokens and spend."""
+        c = self.cols
+        tokens = _ints(c.table["input_tokens"]).sum() + _ints(c.table["output_tokens"]).sum()
+        costs = c.table["cost_usd"].to_pylist()
+        return judge_table(self.verdicts, c.unpermitted, self.done, int(tokens), costs)
+
+    def judge_agreement(self) -> Table:
+        return agreement_table(self.verdicts, self.done, self.cols.level)
+
     def tables(self) -> dict[str, Table]:
-        """Every table; `adaptive` only when the rows hold the adaptive track, so that a
-        run without an attacker reports exactly what it did before."""
+        """Every table; `adaptive` only when the rows hold the adaptive track, and the
+        judges' tables only when some row holds verdicts, so that a run without an
+        attacker or judges reports exactly what it did before."""
         out = {
             "requests_by_level": self.requests_by_level(),
             "stages": self.stages(),
@@ -637,6 +670,9 @@ class Analysis:
         }
         if self.adaptive_rows.num_rows:
             out[ADAPTIVE] = self.adaptive()
+        if self.verdicts.present:
+            out["judges"] = self.judges()
+            out["judge_agreement"] = self.judge_agreement()
         return out
 
 
