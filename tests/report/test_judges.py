@@ -519,7 +519,7 @@ def test_shipped_corpus_with_the_scripted_judges(pytester: pytest.Pytester, caps
         )
         den = (yy + yn) * (yn + nn) + (yy + ny) * (ny + nn)
         assert got["kappa"] == (None if den == 0 else 2 * (yy * nn - yn * ny) / den), got
-    assert {r["levels"] for r in out["judge_agreement"]} == {"all", "1", "3"}
+    assert {r["levels"] for r in out["judge_agreement"]} == {"all", "1", "2", "3", "4", "5"}
 
 
 def test_a_bad_verdict_names_its_row_in_the_table_given() -> None:
