@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from decimal import Decimal
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from pytest_vault.guard.passport import (
     ASSURANCE_RANK,
@@ -98,6 +98,8 @@ _MAX_KEY = 128
 _MIN_KEY = 8  # the pack's minLength for idempotency keys
 _MAX_ADJUSTED = 15  # amounts of 10**16 major units or more are not read
 _MAX_FIGURES = 40  # nor amounts written with more digits than any real one has
+_INT_CEILING = 10 ** (_MAX_ADJUSTED + 1)
+_FLOAT_CEILING = float(_INT_CEILING)  # exact: a power of ten below 2**53 * 2**11
 
 
 # Value types are NamedTuples: immutable (what executes cannot be edited after the
@@ -154,6 +156,12 @@ class Decision(NamedTuple):
             executes = self.executes
             out["executes"] = None if executes is None else executes.to_dict()
         return out
+
+
+# Builds a NamedTuple from a tuple of its fields without the generated __new__'s
+# keyword handling: half the cost, on the path every decision takes.
+_new = tuple.__new__
+_MISSING = object()
 
 
 def deny(code: str, message: str, transfer: Transfer | None = None) -> Decision:
@@ -239,7 +247,7 @@ def _decimal(value: object) -> Decimal:
 def to_minor(amount: Decimal, digits: int) -> int:
     """Exact conversion to integer minor units, or `Unreadable`.
 
-    Works on the decimal digits, never on floats or a rounding context, so
+    Works on the exact rational value, never on floats or a rounding context, so
     `500.005` and `1.000000000000000000000000000001` are refused, not rounded.
     """
     if not amount.is_finite():
@@ -248,42 +256,85 @@ def to_minor(amount: Decimal, digits: int) -> int:
         raise Unreadable(f"amount must be positive, got {amount}")
     if amount.adjusted() > _MAX_ADJUSTED:
         raise Unreadable(f"amount {amount} is out of range")
-    _, figures, exponent = amount.as_tuple()
-    if not isinstance(exponent, int):  # only NaN/Infinity have a letter here
-        raise Unreadable(f"amount {amount} is not a finite number")
-    if len(figures) > _MAX_FIGURES:
+    if len(amount.as_tuple().digits) > _MAX_FIGURES:
         raise Unreadable(f"amount has more than {_MAX_FIGURES} digits")
-    shift = exponent + digits
-    units = int("".join(map(str, figures)))
-    if shift >= 0:
-        return int(units * 10**shift)
-    if -shift > len(figures) or units % 10**-shift:
+    return _scaled(amount, digits)
+
+
+def _scaled(amount: Decimal, digits: int) -> int:
+    """A finite, positive, in-range amount times 10**digits, if that is a whole number."""
+    numerator, denominator = amount.as_integer_ratio()
+    scale: int = 10**digits
+    units, rest = divmod(numerator * scale, denominator)
+    if rest:
         raise Unreadable(f"amount {amount} has more than {digits} decimal places")
-    return int(units // 10**-shift)
+    return units
+
+
+def _minor(value: object, digits: int) -> int:
+    """`to_minor(_decimal(value), digits)`, without the general path for common amounts."""
+    kind = type(value)
+    # An int or float in (0, 10**16) passes every range check, and a float's repr has at
+    # most 17 figures: only the decimal places remain to check.
+    if kind is int:
+        whole = cast(int, value)
+        if 0 < whole < _INT_CEILING:
+            scale: int = 10**digits
+            return whole * scale
+    elif kind is float:
+        real = cast(float, value)
+        if 0.0 < real < _FLOAT_CEILING:
+            return _scaled(Decimal(repr(real)), digits)
+    return to_minor(_decimal(value), digits)
+
+
+def _good_text(value: object, max_len: int) -> bool:
+    """Whether `_text` accepts `value` (min length 1); `_text` words the refusals."""
+    # A printable string has no whitespace but the ASCII space, so strip() only ever
+    # removes spaces: comparing the ends is the same test, without a copy.
+    return (
+        type(value) is str
+        and 0 < len(value) <= max_len
+        and value.isprintable()
+        and value[0] != " "
+        and value[-1] != " "
+    )
 
 
 def read_transfer(arguments: object) -> Transfer:
     """Read `transfer_funds` arguments (a dict, or its JSON text) into a `Transfer`."""
     if type(arguments) is str or type(arguments) is bytes:
         arguments = parse_json_object(arguments)
-    arguments = _object(arguments, "arguments")
-    if not _TRANSFER_ARGS.issuperset(arguments):
+    if type(arguments) is not dict:
+        arguments = _object(arguments, "arguments")  # raises, naming the type
+    for name in arguments:
+        if type(name) is not str:
+            _object(arguments, "arguments")  # raises
+    if not arguments.keys() <= _TRANSFER_ARGS:
         unknown = set(arguments) - _TRANSFER_ARGS
         raise Unreadable(f"unknown argument(s) {', '.join(sorted(map(_show, unknown)))}")
-    for required in ("recipient", "amount"):
-        if required not in arguments:
-            raise Unreadable(f"{required} is required")
-    currency = _currency(arguments.get("currency", "USD"))
-    key = _optional_text(
-        arguments.get("idempotency_key"), "idempotency_key", max_len=_MAX_KEY, min_len=_MIN_KEY
-    )
-    return Transfer(
-        recipient=_text(arguments["recipient"], "recipient", max_len=_MAX_RECIPIENT),
-        amount_minor=to_minor(_decimal(arguments["amount"]), MINOR_DIGITS[currency]),
-        currency=currency,
-        memo=_optional_text(arguments.get("memo"), "memo", max_len=_MAX_MEMO),
-        idempotency_key=key,
-    )
+    # The checks run in this order, so that a call with several problems is refused
+    # for the same one whichever path reads it.
+    recipient = arguments.get("recipient", _MISSING)
+    if recipient is _MISSING:
+        raise Unreadable("recipient is required")
+    amount = arguments.get("amount", _MISSING)
+    if amount is _MISSING:
+        raise Unreadable("amount is required")
+    currency = arguments.get("currency", "USD")
+    digits = MINOR_DIGITS.get(currency) if type(currency) is str else None
+    if digits is None:
+        raise Unreadable(f"currency {_show(currency)} is not a known ISO 4217 code")
+    key = arguments.get("idempotency_key")
+    if key is not None and not (_good_text(key, _MAX_KEY) and len(key) >= _MIN_KEY):
+        _text(key, "idempotency_key", max_len=_MAX_KEY, min_len=_MIN_KEY)
+    if not _good_text(recipient, _MAX_RECIPIENT):
+        _text(recipient, "recipient", max_len=_MAX_RECIPIENT)
+    minor = _minor(amount, digits)
+    memo = arguments.get("memo")
+    if memo is not None and not _good_text(memo, _MAX_MEMO):
+        _text(memo, "memo", max_len=_MAX_MEMO)
+    return _new(Transfer, (recipient, minor, currency, memo, key))
 
 
 def _reject_constant(name: str) -> Any:
@@ -390,6 +441,107 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+_OVER_TX = (Reason(LIMIT_EXCEEDED, "Amount exceeds per-transaction limit"),)
+_OVER_ITEMS = (Reason(LIMIT_EXCEEDED, "Item count exceeds maximum allowed"),)
+_OVER_DAY = (Reason(LIMIT_EXCEEDED, "Daily cap exceeded"),)
+_NO_CODE = (Reason(APPROVAL_CODE_MISSING, "Memo lacks an approval code APC-YYYY-NNNN"),)
+_KEY_USED = (Reason(IDEMPOTENCY_CONFLICT, "Idempotency key already used"),)
+_BLOCKED = (Reason(CATEGORY_BLOCKED, "Item category is blocked"),)
+_COUNTRY = (Reason(REGION_BLOCKED, "Shipping country not allowed"),)
+_NO_KEY = (Reason(INVALID_CONTEXT, "idempotency_key is required by the passport"),)
+_EXPIRED = (Reason(PASSPORT_EXPIRED, "Passport has expired"),)
+
+
+class _Plan:
+    """One passport compiled once: each of the pack's rules as a flag, a set or a
+    ready reason, so a decision does lookups and comparisons, never re-reads."""
+
+    __slots__ = (
+        "anyone",
+        "blocked",
+        "caps",
+        "countries",
+        "expires_at",
+        "head",
+        "key_required",
+        "max_items",
+        "memo_code",
+        "payees",
+        "refused",
+        "regions",
+        "transfer_items",
+        "transfer_place",
+        "ungranted",
+    )
+
+    def __init__(self, passport: Passport, limits: ChargeLimits | None) -> None:
+        status = passport.status
+        self.refused = (
+            None
+            if status == "active"
+            else (Reason(PASSPORT_SUSPENDED, f"Passport status is {status}"),)
+        )
+        self.expires_at = None if passport.never_expires else passport.expires_at
+        self.ungranted = (
+            (Reason(UNKNOWN_CAPABILITY, f"Passport does not grant {CHARGE}"),)
+            if limits is None
+            else None
+        )
+        self.regions = frozenset(passport.regions)
+        head: list[Reason] = []
+        if limits is None:  # every decision stops at `ungranted`
+            self.key_required = self.anyone = self.memo_code = False
+            self.caps: dict[str, tuple[int, int | None]] = {}
+            self.payees = self.countries = self.blocked = frozenset[str]()
+            self.max_items: int | None = None
+        else:
+            floor = max(
+                ASSURANCE_RANK[PACK_MIN_ASSURANCE],
+                ASSURANCE_RANK[limits.require_assurance_at_least],
+            )
+            if ASSURANCE_RANK[passport.assurance_level] < floor:
+                head.append(Reason(ASSURANCE_INSUFFICIENT, "Assurance level too low"))
+            if limits.approval_required:
+                head.append(
+                    Reason(APPROVAL_REQUIRED, "Charges need a human approval the agent cannot give")
+                )
+            self.key_required = limits.idempotency_required
+            self.caps = {
+                code: (cap.max_per_tx, cap.daily_cap)
+                for code, cap in limits.currency_limits.items()
+            }
+            allowed = limits.allowed_merchant_ids
+            self.anyone = not allowed or WILDCARD in allowed
+            self.payees = frozenset(allowed)
+            self.countries = frozenset(limits.allowed_countries)
+            self.blocked = frozenset(limits.blocked_categories)
+            self.max_items = limits.max_items_per_tx
+            self.memo_code = limits.x_vault_memo_approval_code_required
+        self.head = tuple(head)
+        # What a transfer does not carry is the same for every transfer (see
+        # TRANSFER_CATEGORY), so its rules are decided here, once.
+        transfer = (Item(TRANSFER_TOOL, 1, None, TRANSFER_CATEGORY),)
+        region = passport.regions[0] if passport.regions else ""
+        self.transfer_items = self.item_count(transfer)
+        self.transfer_place = self.place(region, None, transfer)
+
+    def item_count(self, items: tuple[Item, ...]) -> tuple[Reason, ...]:
+        return _OVER_ITEMS if self.max_items is not None and len(items) > self.max_items else ()
+
+    def place(
+        self, region: str, country: str | None, items: tuple[Item, ...]
+    ) -> tuple[Reason, ...]:
+        """The region, shipping-country and category rules, in the pack's order."""
+        out: tuple[Reason, ...] = ()
+        if region not in self.regions:
+            out += (Reason(REGION_BLOCKED, f"Region {_show(region)} not allowed"),)
+        if country is not None and self.countries and country not in self.countries:
+            out += _COUNTRY
+        if any(i.category is not None and i.category in self.blocked for i in items):
+            out += _BLOCKED
+        return out
+
+
 class Guard:
     """One passport and its ledger. Judge with `check_call` / `check_context`."""
 
@@ -398,6 +550,7 @@ class Guard:
         self.limits = passport.charge_limits
         self.ledger = Ledger()
         self._clock = clock
+        self._plan = _Plan(passport, self.limits)
 
     # -- tool calls -------------------------------------------------------------
     def judge_call(self, name: object, arguments: object) -> Decision:
@@ -411,14 +564,16 @@ class Guard:
                 transfer = read_transfer(arguments)
             except Unreadable as exc:
                 return deny(INVALID_CONTEXT, str(exc))
-            return self._judge(self._context_for(transfer), self.passport, self.limits, transfer)
+            plan = self._plan
+            return self._judge(plan, transfer, plan.transfer_items, plan.transfer_place, transfer)
         except Exception as exc:  # noqa: BLE001 - fail closed on anything unexpected
             return deny(EVALUATION_ERROR, f"evaluation failed: {type(exc).__name__}")
 
     def judge_transfer(self, transfer: Transfer) -> Decision:
         """Judge an already normalized transfer without touching the ledger. Never raises."""
         try:
-            return self._judge(self._context_for(transfer), self.passport, self.limits, transfer)
+            plan = self._plan
+            return self._judge(plan, transfer, plan.transfer_items, plan.transfer_place, transfer)
         except Exception as exc:  # noqa: BLE001 - fail closed on anything unexpected
             return deny(EVALUATION_ERROR, f"evaluation failed: {type(exc).__name__}")
 
@@ -432,38 +587,36 @@ class Guard:
     def commit(self, transfer: Transfer) -> None:
         """Record a transfer that executed (allowed, or executed unguarded)."""
         day = (self._clock().date(), transfer.currency)
-        self.ledger.daily[day] = self.ledger.daily.get(day, 0) + transfer.amount_minor
+        daily = self.ledger.daily
+        daily[day] = daily.get(day, 0) + transfer.amount_minor
         if transfer.idempotency_key is not None:
             self.ledger.keys.add(transfer.idempotency_key)
-
-    def _context_for(self, transfer: Transfer) -> ChargeContext:
-        return ChargeContext(
-            amount=transfer.amount_minor,
-            currency=transfer.currency,
-            merchant_id=transfer.recipient,
-            region=self.passport.regions[0] if self.passport.regions else "",
-            items=(Item("transfer_funds", 1, transfer.amount_minor, TRANSFER_CATEGORY),),
-            idempotency_key=transfer.idempotency_key,
-            memo=transfer.memo,
-        )
 
     # -- pack contexts ----------------------------------------------------------
     def check_context(self, context: object, passport: Passport | None = None) -> Decision:
         """Judge a pack context (optionally under an override passport); commit if allowed."""
         try:
             passport = passport or self.passport
-            limits = self.limits if passport is self.passport else passport.charge_limits
+            plan = (
+                self._plan if passport is self.passport else _Plan(passport, passport.charge_limits)
+            )
             try:
                 ctx = read_context(context)
             except Unreadable as exc:
                 return deny(INVALID_CONTEXT, str(exc))
-            decision = self._judge(ctx, passport, limits, None)
+            call = _new(
+                Transfer, (ctx.merchant_id, ctx.amount, ctx.currency, ctx.memo, ctx.idempotency_key)
+            )
+            items = ctx.items
+            decision = self._judge(
+                plan,
+                call,
+                plan.item_count(items),
+                plan.place(ctx.region, ctx.shipping_country, items),
+                None,
+            )
             if decision.allow:
-                self.commit(
-                    Transfer(
-                        ctx.merchant_id, ctx.amount, ctx.currency, ctx.memo, ctx.idempotency_key
-                    )
-                )
+                self.commit(call)
             return decision
         except Exception as exc:  # noqa: BLE001 - fail closed on anything unexpected
             return deny(EVALUATION_ERROR, f"evaluation failed: {type(exc).__name__}")
@@ -471,70 +624,42 @@ class Guard:
     # -- the rules, in the pack's order -------------------------------------------
     def _judge(
         self,
-        ctx: ChargeContext,
-        passport: Passport,
-        limits: ChargeLimits | None,
+        plan: _Plan,
+        call: Transfer,
+        items: tuple[Reason, ...],
+        place: tuple[Reason, ...],
         transfer: Transfer | None,
     ) -> Decision:
+        """`call` under `plan`; `items` and `place` are its already decided item-count
+        and region/country/category reasons; the decision carries `transfer`."""
         now = self._clock()
-        if passport.status != "active":
-            return deny(PASSPORT_SUSPENDED, f"Passport status is {passport.status}", transfer)
-        if (
-            passport.expires_at is not None
-            and not passport.never_expires
-            and now >= passport.expires_at
-        ):
-            return deny(PASSPORT_EXPIRED, "Passport has expired", transfer)
-        if limits is None:
-            return deny(UNKNOWN_CAPABILITY, f"Passport does not grant {CHARGE}", transfer)
-        if limits.idempotency_required and ctx.idempotency_key is None:
-            return deny(INVALID_CONTEXT, "idempotency_key is required by the passport", transfer)
+        if plan.refused is not None:
+            return _new(Decision, (False, plan.refused, transfer))
+        if plan.expires_at is not None and now >= plan.expires_at:
+            return _new(Decision, (False, _EXPIRED, transfer))
+        if plan.ungranted is not None:
+            return _new(Decision, (False, plan.ungranted, transfer))
+        payee, amount, currency, memo, key = call
+        if key is None and plan.key_required:
+            return _new(Decision, (False, _NO_KEY, transfer))
 
-        reasons: list[Reason] = []
-        floor = max(
-            ASSURANCE_RANK[PACK_MIN_ASSURANCE], ASSURANCE_RANK[limits.require_assurance_at_least]
-        )
-        if ASSURANCE_RANK[passport.assurance_level] < floor:
-            reasons.append(Reason(ASSURANCE_INSUFFICIENT, "Assurance level too low"))
-        if limits.approval_required:
-            reasons.append(
-                Reason(APPROVAL_REQUIRED, "Charges need a human approval the agent cannot give")
-            )
-        cap = limits.currency_limits.get(ctx.currency)
+        reasons = plan.head
+        cap = plan.caps.get(currency)
         if cap is None:
-            reasons.append(
-                Reason(CURRENCY_UNSUPPORTED, f"Currency {ctx.currency} is not supported")
-            )
-        elif ctx.amount > cap.max_per_tx:
-            reasons.append(Reason(LIMIT_EXCEEDED, "Amount exceeds per-transaction limit"))
-        if limits.max_items_per_tx is not None and len(ctx.items) > limits.max_items_per_tx:
-            reasons.append(Reason(LIMIT_EXCEEDED, "Item count exceeds maximum allowed"))
-        if not permits_recipient(limits, ctx.merchant_id):
-            reasons.append(
-                Reason(MERCHANT_FORBIDDEN, f"Merchant {_show(ctx.merchant_id)} not in allowlist")
-            )
-        if ctx.region not in passport.regions:
-            reasons.append(Reason(REGION_BLOCKED, f"Region {_show(ctx.region)} not allowed"))
-        if (
-            ctx.shipping_country is not None
-            and limits.allowed_countries
-            and ctx.shipping_country not in limits.allowed_countries
-        ):
-            reasons.append(Reason(REGION_BLOCKED, "Shipping country not allowed"))
-        if any(
-            i.category is not None and i.category in limits.blocked_categories for i in ctx.items
-        ):
-            reasons.append(Reason(CATEGORY_BLOCKED, "Item category is blocked"))
-        if limits.x_vault_memo_approval_code_required and not APPROVAL_CODE.search(ctx.memo or ""):
-            reasons.append(
-                Reason(APPROVAL_CODE_MISSING, "Memo lacks an approval code APC-YYYY-NNNN")
-            )
-        if cap is not None and cap.daily_cap is not None:
-            spent = self.ledger.daily.get((now.date(), ctx.currency), 0)
-            if spent + ctx.amount > cap.daily_cap:
-                reasons.append(Reason(LIMIT_EXCEEDED, "Daily cap exceeded"))
-        if ctx.idempotency_key is not None and ctx.idempotency_key in self.ledger.keys:
-            reasons.append(Reason(IDEMPOTENCY_CONFLICT, "Idempotency key already used"))
+            reasons += (Reason(CURRENCY_UNSUPPORTED, f"Currency {currency} is not supported"),)
+        elif amount > cap[0]:
+            reasons += _OVER_TX
+        reasons += items
+        if not (plan.anyone or payee in plan.payees):
+            reasons += (Reason(MERCHANT_FORBIDDEN, f"Merchant {_show(payee)} not in allowlist"),)
+        reasons += place
+        if plan.memo_code and not APPROVAL_CODE.search(memo or ""):
+            reasons += _NO_CODE
+        if cap is not None and cap[1] is not None:
+            if self.ledger.daily.get((now.date(), currency), 0) + amount > cap[1]:
+                reasons += _OVER_DAY
+        if key is not None and key in self.ledger.keys:
+            reasons += _KEY_USED
         if reasons:
-            return Decision(False, tuple(reasons), transfer)
-        return Decision(True, _ALLOW_REASON, transfer)
+            return _new(Decision, (False, reasons, transfer))
+        return _new(Decision, (True, _ALLOW_REASON, transfer))
