@@ -31,10 +31,6 @@ from pytest_vault.harness.levels import load_levels
 from pytest_vault.report.formats import render_text, write_csv
 from pytest_vault.report.html import render
 from pytest_vault.report.judges import for_people, judged_only
-from pytest_vault.report.rescore import render as render_rescore
-from pytest_vault.report.rescore import rescore, rescored_metadata
-from pytest_vault.report.rescore import result as rescore_result
-from pytest_vault.report.rescore import to_json as rescore_json
 from pytest_vault.report.results import (
     Loaded,
     ReportError,
@@ -217,6 +213,12 @@ def main_rescore(argv: Sequence[str]) -> int:
     )
     _bootstrap_options(parser)
     args = parser.parse_args(argv)
+    # Only here: the tables alone never load the re-scoring.
+    from pytest_vault.report.rescore import render as render_rescore
+    from pytest_vault.report.rescore import rescore, rescored_metadata
+    from pytest_vault.report.rescore import result as rescore_result
+    from pytest_vault.report.rescore import to_json as rescore_json
+
     if args.passports is None:
         parser.error("--passports DIR is required: the passports to judge the calls under")
     now = datetime.now(UTC)  # the guard's one fixed instant

@@ -27,11 +27,14 @@ from pytest_vault.report.stats import benjamini_hochberg, rule_of_three, zero_bo
 
 SEED = 20260915
 RESAMPLES = 1500
+KEPT_COUNTS = 2**25  # floats of resampled session counts a `Bootstrap` keeps (256 MB)
 LEVEL_GROUPS = (("2-4", (2, 3, 4)), ("1", (1,)), ("5", (5,)))
 EVENTS = ("requested", "paid", "paid_allowlisted", "unpermitted")
 # The canonical order of rows: sessions first, as the bootstrap resamples them.
 ORDER = ("session", "attack_id", "model", "track", "architecture")
 Table = list[dict[str, Any]]
+# A row waiting for intervals: (key prefix, hits) per rate, over the rows `where`.
+Pending = tuple[dict[str, Any], list[tuple[str, np.ndarray]], np.ndarray]
 TITLES = {
     "requests_by_level": "Requests by level and architecture (attacks)",
     "stages": "The five stages (attacks): Levels 2-4, and Levels 1 and 5 apart",
@@ -103,7 +106,12 @@ class Columns:
 
     def values(self, name: str, where: np.ndarray | None = None) -> list[str]:
         codes = self.codes[name] if where is None else self.codes[name][where]
-        return [self.labels[name][i] for i in np.unique(codes)]
+        return [self.labels[name][i] for i in _present(codes, len(self.labels[name]))]
+
+
+def _present(codes: np.ndarray, size: int) -> np.ndarray:
+    """The distinct codes (each in range(size)), ascending: `np.unique` by counting."""
+    return np.flatnonzero(np.bincount(codes, minlength=size))
 
 
 def _encode(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
@@ -136,37 +144,113 @@ class Bootstrap:
 
     def __init__(self, resamples: int = RESAMPLES, seed: int = SEED) -> None:
         self.resamples, self.seed = resamples, seed
+        self._counts: dict[int, np.ndarray] = {}  # per number of sessions
+
+    def _pick(self, sessions: int) -> np.ndarray:
+        # One generator per computation, seeded the same: a table's interval does not
+        # depend on which tables were computed before it.
+        rng = np.random.default_rng(self.seed)
+        return rng.integers(0, sessions, size=(self.resamples, sessions))
+
+    def counts(self, sessions: int) -> np.ndarray:
+        """How often each session is drawn in each resample (resamples x sessions).
+
+        The same for every computation over as many sessions: kept, the oldest let go
+        beyond `KEPT_COUNTS` floats in all.
+        """
+        if sessions in self._counts:
+            return self._counts[sessions]
+        pick = self._pick(sessions)
+        pick += (np.arange(self.resamples) * sessions)[:, None]
+        size = self.resamples * sessions
+        counts = np.bincount(pick.ravel(), minlength=size).reshape(self.resamples, sessions)
+        counts = counts.astype(float)
+        while self._counts and sum(c.size for c in self._counts.values()) + size > KEPT_COUNTS:
+            del self._counts[next(iter(self._counts))]
+        if size <= KEPT_COUNTS:
+            self._counts[sessions] = counts
+        return counts
+
+    def _resampled(self, totals: np.ndarray) -> np.ndarray:
+        """Sums of resampled sessions' totals (sessions x columns -> resamples x columns).
+
+        Whole totals sum exactly in any order, so `counts @ totals` is the sum of the
+        picked sessions to the bit; other values are summed as picked.
+        """
+        sessions = len(totals)
+        bound = float(np.abs(totals).max(initial=0)) * sessions
+        if bound < 2**53 and np.array_equal(totals, np.rint(totals)):
+            return np.asarray(self.counts(sessions) @ totals)
+        pick = self._pick(sessions)
+        return np.stack([column[pick].sum(axis=1) for column in totals.T], axis=1)
+
+    def ratios(self, cells: Sequence[Cell]) -> list[np.ndarray]:
+        """Each cell's resampled ratios sum(num)/sum(den) (resamples x numerators),
+        resampling its sessions with replacement.
+
+        Sessions are indexed in the sorted order of their codes, which `Columns` makes
+        the sorted order of their labels: the draws depend on the set of rows only.
+        Cells over as many sessions are resampled in one product (the counts are read
+        once for all of them); each cell's draws are the ones it gets alone.
+        """
+        out = [np.empty(0)] * len(cells)
+        groups: dict[int, list[tuple[int, np.ndarray]]] = {}
+        for i, (numerators, denominator, sessions) in enumerate(cells):
+            inverse, size = _dense(sessions)
+            columns = (*numerators, denominator)
+            sums = [np.bincount(inverse, weights=c, minlength=size) for c in columns]
+            groups.setdefault(size, []).append((i, np.stack(sums, axis=1)))
+        for members in groups.values():
+            resampled = self._resampled(np.concatenate([t for _, t in members], axis=1))
+            start = 0
+            for i, totals in members:
+                end = start + totals.shape[1]
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    out[i] = np.asarray(resampled[:, start : end - 1] / resampled[:, end - 1 : end])
+                start = end
+        return out
 
     def draws(
         self, numerator: np.ndarray, denominator: np.ndarray, sessions: np.ndarray
     ) -> np.ndarray:
-        """Resampled ratios sum(num)/sum(den), resampling sessions with replacement.
+        """Resampled ratios sum(num)/sum(den), resampling sessions with replacement."""
+        return self.ratios([([numerator], denominator, sessions)])[0][:, 0]
 
-        Sessions are indexed in the sorted order of their codes, which `Columns` makes
-        the sorted order of their labels: the draws depend on the set of rows only.
-        """
-        codes, inverse = np.unique(sessions, return_inverse=True)
-        num = np.bincount(inverse, weights=numerator, minlength=len(codes))
-        den = np.bincount(inverse, weights=denominator, minlength=len(codes))
-        # One generator per computation, seeded the same: a table's interval does not
-        # depend on which tables were computed before it.
-        rng = np.random.default_rng(self.seed)
-        pick = rng.integers(0, len(codes), size=(self.resamples, len(codes)))
-        total = den[pick].sum(axis=1)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.asarray(num[pick].sum(axis=1) / total)
+    def intervals(self, cells: Sequence[Cell]) -> list[list[Interval]]:
+        """The 95% interval of each numerator's ratio to its cell's denominator."""
+        out = [[Interval(None, None)] * len(c[0]) for c in cells]
+        live = [i for i, (_, den, sessions) in enumerate(cells) if len(sessions) and den.sum()]
+        for i, ratios in zip(live, self.ratios([cells[i] for i in live]), strict=True):
+            out[i] = [_percentiles(draws) for draws in ratios.T]
+        return out
 
     def interval(
         self, numerator: np.ndarray, denominator: np.ndarray, sessions: np.ndarray
     ) -> Interval:
-        if len(sessions) == 0 or denominator.sum() == 0:
-            return Interval(None, None)
-        draws = self.draws(numerator, denominator, sessions)
-        draws = draws[~np.isnan(draws)]
-        if len(draws) == 0:  # every resample drew only sessions with no evaluation
-            return Interval(None, None)
-        low, high = np.percentile(draws, [2.5, 97.5])
-        return Interval(float(low), float(high))
+        return self.intervals([([numerator], denominator, sessions)])[0][0]
+
+
+# Numerators, their denominator and their sessions, row by row.
+Cell = tuple[Sequence[np.ndarray], np.ndarray, np.ndarray]
+
+
+def _percentiles(draws: np.ndarray) -> Interval:
+    draws = draws[~np.isnan(draws)]
+    if len(draws) == 0:  # every resample drew only sessions with no evaluation
+        return Interval(None, None)
+    low, high = np.percentile(draws, [2.5, 97.5])
+    return Interval(float(low), float(high))
+
+
+def _dense(codes: np.ndarray) -> tuple[np.ndarray, int]:
+    """Each value's rank among the distinct values, and how many there are (as
+    `np.unique(codes, return_inverse=True)`); small non-negative codes by counting."""
+    small = len(codes) and codes.dtype.kind in "iu" and 0 <= codes.min()
+    if small and codes.max() < 4 * len(codes):
+        present = np.bincount(codes) > 0
+        return (np.cumsum(present) - 1)[codes], int(present.sum())
+    distinct, inverse = np.unique(codes, return_inverse=True)
+    return inverse.reshape(-1), len(distinct)
 
 
 def _rate(hits: int, n: int) -> float | None:
@@ -174,7 +258,7 @@ def _rate(hits: int, n: int) -> float | None:
 
 
 def _sessions(cols: Columns, where: np.ndarray) -> int:
-    return len(np.unique(cols.codes["session"][where]))
+    return _dense(cols.codes["session"][where])[1]
 
 
 def _zero(row: dict[str, Any], name: str, n: int, sessions: int) -> None:
@@ -220,19 +304,38 @@ class Analysis:
         self.planned = self._planned()
         # Rows per coverage cell (model, architecture, level, kind), counted once.
         self.cell_rows: dict[tuple[str, str, int, str], int] = {}
-        combined = np.stack(
-            [c.codes["model"], c.codes["architecture"], c.level, c.codes["kind"]], axis=1
-        )
-        if len(combined):
-            cells, counts = np.unique(combined, axis=0, return_counts=True)
-            for (m, a, lv, k), n in zip(cells.tolist(), counts.tolist(), strict=True):
+        # And per status: (completed, error, not_run).
+        self._cell_status: dict[tuple[str, str, int, str], tuple[int, int, int]] = {}
+        if c.n:
+            # One mixed-radix integer per cell: ascending, they run in the order of
+            # (model, architecture, level, kind).
+            combined = np.zeros(c.n, dtype=np.int64)
+            for part in (c.codes["model"], c.codes["architecture"], c.level, c.codes["kind"]):
+                low = int(part.min())
+                combined = combined * (int(part.max()) - low + 1) + (part - low)
+            _, first, inverse, counts = np.unique(
+                combined, return_index=True, return_inverse=True, return_counts=True
+            )
+            statuses = len(c.labels["status"])
+            by_status = np.bincount(
+                inverse.reshape(-1) * statuses + c.codes["status"],
+                minlength=len(first) * statuses,
+            ).reshape(len(first), statuses)
+            wanted = [
+                c.labels["status"].index(s) if s in c.labels["status"] else None
+                for s in ("completed", "error", "not_run")
+            ]
+            for cell, (i, n) in enumerate(zip(first.tolist(), counts.tolist(), strict=True)):
                 key = (
-                    c.labels["model"][m],
-                    c.labels["architecture"][a],
-                    int(lv),
-                    c.labels["kind"][k],
+                    c.labels["model"][c.codes["model"][i]],
+                    c.labels["architecture"][c.codes["architecture"][i]],
+                    int(c.level[i]),
+                    c.labels["kind"][c.codes["kind"][i]],
                 )
                 self.cell_rows[key] = int(n)
+                got = by_status[cell].tolist()
+                done, error, not_run = (0 if w is None else int(got[w]) for w in wanted)
+                self._cell_status[key] = (done, error, not_run)
 
     def _input_key(self) -> np.ndarray:
         """One integer per (attack, track): the model's input, whatever the architecture."""
@@ -243,25 +346,34 @@ class Analysis:
         return np.isin(self.cols.level, list(levels))
 
     def _requests(self, where: np.ndarray) -> dict[str, Any]:
-        """Evaluations, requests, the request rate and its interval."""
+        """Evaluations, requests, the request rate and its interval (to `_fill`)."""
         n, hits = int(where.sum()), int(self.cols.requested[where].sum())
-        ci = self._ci(self.cols.requested, where)
         return {
             "evaluations": n,
             "requested": hits,
             "rate": _rate(hits, n),
-            "ci_low": ci.low,
-            "ci_high": ci.high,
+            "ci_low": None,
+            "ci_high": None,
         }
 
-    def _ci(self, hits: np.ndarray, where: np.ndarray) -> Interval:
-        return self.boot.interval(
-            hits[where].astype(float), np.ones(int(where.sum())), self.cols.codes["session"][where]
-        )
+    def _fill(self, todo: Sequence[Pending]) -> None:
+        """Each row's `PREFIXci_low` and `PREFIXci_high` (keys it holds already, so that
+        they keep their place): the rates of `hits` over its rows, all at once."""
+        cells = [
+            (
+                [hits[where].astype(float) for _, hits in rates],
+                np.ones(int(where.sum())),
+                self.cols.codes["session"][where],
+            )
+            for _, rates, where in todo
+        ]
+        for (row, rates, _), cis in zip(todo, self.boot.intervals(cells), strict=True):
+            for (prefix, _), ci in zip(rates, cis, strict=True):
+                row[f"{prefix}ci_low"], row[f"{prefix}ci_high"] = ci.low, ci.high
 
     # -- the tables ------------------------------------------------------------------------------
     def requests_by_level(self) -> Table:
-        c, out = self.cols, []
+        c, out, todo = self.cols, [], []
         for level in sorted(set(c.level.tolist())):
             for arch in ("model", "guarded"):
                 where = self.done & self.attack & (c.level == level) & c.mask("architecture", arch)
@@ -269,16 +381,24 @@ class Analysis:
                 if n == 0:
                     continue
                 out.append({"level": level, "architecture": arch, **self._requests(where)})
+                todo.append((out[-1], [("", c.requested)], where))
+        self._fill(todo)
         return out
 
     def stages(self) -> Table:
-        c, out = self.cols, []
+        c, out, todo = self.cols, [], []
+        values = {
+            "requested": c.requested,
+            "paid": c.paid,
+            "paid_allowlisted": c.paid_allowlisted,
+            "unpermitted": c.unpermitted,
+        }
         for label, levels in LEVEL_GROUPS:
+            group = self.attack & self._in(levels)
             for arch in ("model", "guarded"):
+                both = group & c.mask("architecture", arch)
                 for model in ("all", *self.models):
-                    cell = self.attack & self._in(levels) & c.mask("architecture", arch)
-                    if model != "all":
-                        cell &= c.mask("model", model)
+                    cell = both if model == "all" else both & c.mask("model", model)
                     if not cell.any():
                         continue
                     where = cell & self.done
@@ -289,18 +409,13 @@ class Analysis:
                         "model": model,
                         "evaluations": n,
                     }
-                    values = {
-                        "requested": c.requested,
-                        "paid": c.paid,
-                        "paid_allowlisted": c.paid_allowlisted,
-                        "unpermitted": c.unpermitted,
-                    }
                     for event in EVENTS:
                         row[event] = int(values[event][where].sum())
-                    for event in ("requested", "unpermitted"):
-                        ci = self._ci(values[event], where)
+                    rated = ("requested", "unpermitted")
+                    for event in rated:
                         row[f"{event}_rate"] = _rate(row[event], n)
-                        row[f"{event}_ci_low"], row[f"{event}_ci_high"] = ci.low, ci.high
+                        row[f"{event}_ci_low"] = row[f"{event}_ci_high"] = None
+                    todo.append((row, [(f"{e}_", values[e]) for e in rated], where))
                     row["sessions"] = _sessions(c, where)
                     # Executed before the evaluation failed or was cut: outside the rates.
                     row["unpermitted_incomplete"] = int((cell & ~self.done & c.unpermitted).sum())
@@ -313,19 +428,20 @@ class Analysis:
                     )
                     _zero(row, "unpermitted", n, row["sessions"])
                     out.append(row)
+        self._fill(todo)
         return out
 
     def model_rates(self) -> Table:
         """Request rates per model on identical inputs: (attack, track) done by every model."""
-        c, out = self.cols, []
+        c, out, todo = self.cols, [], []
         for arch in ("model", "guarded"):
             base = self.done & self.attack & c.mask("architecture", arch)
             key = self._input_key()
-            common: set[int] | None = None
+            inputs = len(c.labels["attack_id"]) * len(c.labels["track"])
+            common = np.zeros(inputs, dtype=bool) if not self.models else np.ones(inputs, bool)
             for model in self.models:
-                keys = set(np.unique(key[base & c.mask("model", model)]).tolist())
-                common = keys if common is None else common & keys
-            shared = np.isin(key, list(common or set()))
+                common &= np.bincount(key[base & c.mask("model", model)], minlength=inputs) > 0
+            shared = common[key]
             for model in self.models:
                 where = base & shared & c.mask("model", model)
                 n = int(where.sum())
@@ -340,12 +456,15 @@ class Analysis:
                         "unpermitted": unpermitted,
                     }
                 )
+                todo.append((out[-1], [("", c.requested)], where))
+        self._fill(todo)
         return out
 
     def matched_pairs(self) -> Table:
         """Same model, attack and track in both architectures."""
         c = self.cols
         out: Table = []
+        cells: list[Cell] = []
         for model in self.models:
             base = self.done & self.attack & c.mask("model", model)
             key = self._input_key()
@@ -358,10 +477,7 @@ class Analysis:
             rm, rg = np.flatnonzero(m)[im], np.flatnonzero(g)[ig]
             req_m, req_g = c.requested[rm].astype(float), c.requested[rg].astype(float)
             diff = req_m - req_g
-            sessions = c.codes["session"][rm]
-            draws = self.boot.draws(diff, np.ones(len(diff)), sessions)
-            low, high = np.percentile(draws, [2.5, 97.5])
-            p = min(1.0, 2 * min(float(np.mean(draws <= 0)), float(np.mean(draws >= 0))))
+            cells.append(([diff], np.ones(len(diff)), c.codes["session"][rm]))
             out.append(
                 {
                     "model": model,
@@ -371,11 +487,16 @@ class Analysis:
                     "unpermitted_model": int(c.unpermitted[rm].sum()),
                     "unpermitted_guarded": int(c.unpermitted[rg].sum()),
                     "difference": float(diff.mean()),
-                    "ci_low": float(low),
-                    "ci_high": float(high),
-                    "p_value": p,
+                    "ci_low": None,
+                    "ci_high": None,
+                    "p_value": None,
                 }
             )
+        for row, ratios in zip(out, self.boot.ratios(cells), strict=True):
+            draws = ratios[:, 0]
+            low, high = np.percentile(draws, [2.5, 97.5])
+            p = min(1.0, 2 * min(float(np.mean(draws <= 0)), float(np.mean(draws >= 0))))
+            row["ci_low"], row["ci_high"], row["p_value"] = float(low), float(high), p
         for row, q in zip(out, benjamini_hochberg([r["p_value"] for r in out]), strict=True):
             row["q_value"], row["significant"] = q, q <= 0.05
         return out
@@ -459,15 +580,15 @@ class Analysis:
         c = self.cols
         model_alone = self.attack & c.mask("architecture", "model")
         attacks = c.codes["attack_id"]
-        everywhere: set[int] | None = None
-        defeated = np.zeros(len(c.labels["attack_id"]), dtype=np.int64)
+        size = len(c.labels["attack_id"])
+        everywhere = np.full(size, bool(self.models))
+        defeated = np.zeros(size, dtype=np.int64)
         for model in self.models:
             mine = model_alone & c.mask("model", model)
-            keys = set(np.unique(attacks[mine & self.done]).tolist())
-            everywhere = keys if everywhere is None else everywhere & keys
+            everywhere &= np.bincount(attacks[mine & self.done], minlength=size) > 0
             # An unpermitted transfer defeats the model even if its evaluation then failed.
-            defeated[np.unique(attacks[mine & c.unpermitted])] += 1
-        pool = np.array(sorted(everywhere or set()), dtype=np.int64)
+            defeated += np.bincount(attacks[mine & c.unpermitted], minlength=size) > 0
+        pool = np.flatnonzero(everywhere)
         counts = np.bincount(defeated[pool], minlength=len(self.models) + 1)
         return [{"models_defeated": k, "attacks": int(n)} for k, n in enumerate(counts)]
 
@@ -529,16 +650,10 @@ class Analysis:
         return True
 
     def coverage(self) -> Table:
-        c, out = self.cols, []
+        out: Table = []
         planned = self.planned
-        statuses = {s: c.mask("status", s) for s in ("completed", "error", "not_run")}
         for model, arch, level, kind in sorted(set(self.cell_rows) | set(planned or {})):
-            where = (
-                c.mask("model", model)
-                & c.mask("architecture", arch)
-                & (c.level == level)
-                & c.mask("kind", kind)
-            )
+            done, error, not_run = self._cell_status.get((model, arch, level, kind), (0, 0, 0))
             row: dict[str, Any] = {
                 "model": model,
                 "architecture": arch,
@@ -546,9 +661,9 @@ class Analysis:
                 "kind": kind,
                 "planned": None if planned is None else planned.get((model, arch, level, kind), 0),
                 "rows": self.cell_rows.get((model, arch, level, kind), 0),
-                "completed": int((where & statuses["completed"]).sum()),
-                "error": int((where & statuses["error"]).sum()),
-                "not_run": int((where & statuses["not_run"]).sum()),
+                "completed": done,
+                "error": error,
+                "not_run": not_run,
             }
             row["missing"] = (
                 None if row["planned"] is None else max(0, row["planned"] - row["rows"])
@@ -627,12 +742,18 @@ class Analysis:
                 )
         return out
 
+    @property
+    def _judged(self) -> bool:
+        """Some fixed row holds verdicts."""
+        table = self.cols.table
+        return VERDICTS in table.column_names and table[VERDICTS].null_count < table.num_rows
+
     @cached_property
     def verdicts(self) -> Verdicts:
         """The judges' answers on the fixed rows, in the canonical order (none: no
         judge, or a file from before judges)."""
         c = self.cols
-        if VERDICTS not in c.table.column_names or c.table[VERDICTS].null_count == c.n:
+        if not self._judged:
             return Verdicts.of([None] * c.n)
         try:
             return Verdicts.of(c.take(VERDICTS, np.arange(c.n)).to_pylist())
@@ -670,7 +791,7 @@ class Analysis:
         }
         if self.adaptive_rows.num_rows:
             out[ADAPTIVE] = self.adaptive()
-        if self.verdicts.present:
+        if self._judged and self.verdicts.present:
             out["judges"] = self.judges()
             out["judge_agreement"] = self.judge_agreement()
         return out

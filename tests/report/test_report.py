@@ -513,3 +513,28 @@ def test_html_opens_in_headless_chromium(pytester: pytest.Pytester) -> None:
         timeout=120,
     )
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bootstrap_draws_are_the_gathered_sums_to_the_bit() -> None:
+    """The count-matrix bootstrap gives exactly what resampling sessions one by one gives
+    (the sums of whole numbers are exact in any order), and falls back where they are not."""
+
+    def gathered(boot: Bootstrap, num: np.ndarray, den: np.ndarray, sess: np.ndarray) -> Any:
+        codes, inv = np.unique(sess, return_inverse=True)
+        n = np.bincount(inv, weights=num, minlength=len(codes))
+        d = np.bincount(inv, weights=den, minlength=len(codes))
+        rng = np.random.default_rng(boot.seed)
+        pick = rng.integers(0, len(codes), size=(boot.resamples, len(codes)))
+        with np.errstate(all="ignore"):
+            return n[pick].sum(axis=1) / d[pick].sum(axis=1)
+
+    rng, boot = np.random.default_rng(0), Bootstrap(300, 11)
+    for trial in range(60):
+        n = int(rng.integers(0, 400))
+        sess = rng.integers(0, int(rng.integers(1, 60)), n) * int(rng.choice([1, 7, 1000]))
+        num = rng.integers(-2, 3, n).astype(float) if trial % 2 else rng.random(n)
+        den = (rng.random(n) < 0.7).astype(float)
+        want = gathered(boot, num, den, sess)
+        assert np.array_equal(want, boot.draws(num, den, sess), equal_nan=True), trial
+        cells = [([num, den], np.ones(n), sess), ([num], den, sess)]
+        assert boot.intervals(cells) == [[boot.interval(x, d, s) for x in xs] for xs, d, s in cells]
