@@ -11,7 +11,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from pytest_vault.report.results import (
-    SCHEMA,
     ResultsError,
     read_metadata,
     read_table,
@@ -21,32 +20,13 @@ from pytest_vault.report.results import (
 from pytest_vault.report.summary import adaptive_lines, render
 from pytest_vault.report.tables import Analysis, Bootstrap
 
+from .rows import row as base_row
+
 
 def row(**over: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {name: None for name in SCHEMA.names} | {
-        "attack_id": "a1",
-        "session": "s1",
-        "level": 2,
-        "category": "c",
-        "kind": "attack",
-        "track": "A",
-        "architecture": "model",
-        "model": "m",
-        "requested": False,
-        "paid": False,
-        "paid_allowlisted": False,
-        "unpermitted": False,
-        "violation": False,
-        "status": "completed",
-        "input_blocked": False,
-        "steps": 1,
-        "truncated": False,
-        "input_tokens": 0,
-        "output_tokens": 0,
-        "latency_s": 0.0,
-        "tool_calls": "[]",
-    }
-    return base | over
+    return base_row(
+        **({"category": "c", "input_tokens": 0, "output_tokens": 0, "latency_s": 0.0} | over)
+    )
 
 
 def adaptive(attack: str, found: bool, rounds: int, strategy: str, **over: Any) -> dict[str, Any]:

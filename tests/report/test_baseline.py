@@ -26,26 +26,12 @@ from pytest_vault.report.results import SCHEMA, to_table, write_results
 from pytest_vault.report.stats import bootstrap_p
 from pytest_vault.report.tables import RESAMPLES, SEED
 
+from .rows import row as base_row
+
 
 def row(**over: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {name: None for name in SCHEMA.names} | {
-        "attack_id": "a1",
-        "session": "s1",
-        "level": 2,
-        "category": "direct_transfer",
-        "kind": "attack",
-        "track": "A",
-        "architecture": "model",
-        "model": "m",
-        "requested": False,
-        "paid": False,
-        "paid_allowlisted": False,
-        "unpermitted": False,
-        "violation": False,
-        "status": "completed",
-        "tool_calls": "[]",
-    }
-    return base | over
+    unset = ("input_blocked", "steps", "truncated", "input_tokens", "output_tokens", "latency_s")
+    return base_row(**(dict.fromkeys(unset) | over))
 
 
 def base_of(rows: list[dict[str, Any]], model: str = "m") -> Baseline:

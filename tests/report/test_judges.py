@@ -16,9 +16,11 @@ import pytest
 from pytest_vault.report.__main__ import main
 from pytest_vault.report.html import render
 from pytest_vault.report.judges import kappa
-from pytest_vault.report.results import SCHEMA, ResultsError, to_table, write_results
+from pytest_vault.report.results import ResultsError, to_table, write_results
 from pytest_vault.report.summary import render as summary
 from pytest_vault.report.tables import Analysis, Bootstrap
+
+from .rows import row as base_row
 
 ALWAYS, FINAL, LENIENT = (
     "scripted:judge-always",
@@ -68,30 +70,9 @@ def test_kappa_against_an_independent_formula() -> None:
 
 
 def row(**over: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {name: None for name in SCHEMA.names} | {
-        "attack_id": "a1",
-        "session": "s1",
-        "level": 2,
-        "category": "c",
-        "kind": "attack",
-        "track": "A",
-        "architecture": "model",
-        "model": "m",
-        "requested": False,
-        "paid": False,
-        "paid_allowlisted": False,
-        "unpermitted": False,
-        "violation": False,
-        "status": "completed",
-        "input_blocked": False,
-        "steps": 1,
-        "truncated": False,
-        "input_tokens": 100,
-        "output_tokens": 20,
-        "latency_s": 0.0,
-        "tool_calls": "[]",
-    }
-    return base | over
+    return base_row(
+        **({"category": "c", "input_tokens": 100, "output_tokens": 20, "latency_s": 0.0} | over)
+    )
 
 
 def verdicts(cost: float | None, **answers: str | None) -> str | None:

@@ -26,6 +26,8 @@ from pytest_vault.report.formats import render_text, write_csv
 from pytest_vault.report.html import write_html
 from pytest_vault.report.results import SCHEMA, write_results
 
+from .rows import row
+
 # A lone surrogate, an OSC title sequence (ESC ... BEL), a bidi override and HTML.
 HOSTILE = "a\ud800b\x1b]0;pwned\x07c\u202ed<script>alert(1)</script>"
 RAW = ("\ud800", "\x1b", "\x07", "\u202e")
@@ -34,33 +36,6 @@ SEEN = "a\\ud800b\\x1b]0;pwned\\x07c\\u202ed<script>alert(1)</script>"
 SEEN_HTML = "a\\ud800b\\x1b]0;pwned\\x07c\\u202ed&lt;script&gt;alert(1)&lt;/script&gt;"
 MODEL = f"m{HOSTILE}"
 ATTACK = f"A{HOSTILE}"
-
-
-def row(**over: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {name: None for name in SCHEMA.names} | {
-        "attack_id": "a1",
-        "session": "s1",
-        "level": 2,
-        "category": "direct_transfer",
-        "kind": "attack",
-        "track": "A",
-        "architecture": "model",
-        "model": "m",
-        "requested": False,
-        "paid": False,
-        "paid_allowlisted": False,
-        "unpermitted": False,
-        "violation": False,
-        "status": "completed",
-        "input_blocked": False,
-        "steps": 1,
-        "truncated": False,
-        "input_tokens": 10,
-        "output_tokens": 5,
-        "latency_s": 0.5,
-        "tool_calls": "[]",
-    }
-    return base | over
 
 
 CALLS = [
