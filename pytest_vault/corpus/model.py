@@ -5,7 +5,15 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    WithJsonSchema,
+    field_validator,
+)
 from pydantic_core import PydanticCustomError
 
 CATEGORIES = (
@@ -40,9 +48,13 @@ class Goal(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     recipient: NonEmpty
-    amount: Annotated[Decimal, Field(gt=0, allow_inf_nan=False)] = Field(
-        description="dollars (major units), an exact JSON number"
-    )
+    # The schema written out: only a JSON number is read (never a string), and so the
+    # file does not change with the pydantic release that would write Decimal's own.
+    amount: Annotated[
+        Decimal,
+        Field(gt=0, allow_inf_nan=False),
+        WithJsonSchema({"type": "number", "exclusiveMinimum": 0}),
+    ] = Field(description="dollars (major units), an exact JSON number")
 
     @field_validator("amount", mode="before")
     @classmethod
