@@ -84,24 +84,36 @@ class CorpusFile(pytest.File):
             yield from collect(self, entries)
             return
         opts = vault.options
+        specs = [(spec, shown(spec)) for spec in opts.models]
         for lineno, case in entries:
             if case.level not in opts.levels:
                 continue
-            for spec in opts.models:
+            # Made once per case and shared by its items: at 87,420 tests, per-item copies
+            # of the same words are a good part of the plugin's memory.
+            # Ids come from the corpus: shown, so no id is a terminal escape.
+            case_id, words = shown(case.id), keywords(case)
+            for spec, spec_shown in specs:
                 for track in opts.tracks:
                     if track == "adaptive" and case.kind != "attack":
                         continue  # only attacks are seeds of the adaptive attacker
                     for arch in opts.architectures:
                         yield VaultItem.from_parent(
                             self,
-                            # Ids come from the corpus: shown, so no id is a terminal escape.
-                            name=f"{shown(case.id)}[{shown(spec)}-{track}-{arch}]",
+                            name=f"{case_id}[{spec_shown}-{track}-{arch}]",
                             case=case,
                             lineno=lineno,
                             spec=spec,
                             track=track,
                             architecture=arch,
+                            words=words,
                         )
+
+
+def keywords(case: Case) -> tuple[str, ...]:
+    """Extra words for -k: "-k 'level2 and forged_receipt'"."""
+    technique = case.metadata.get("technique")
+    words = (f"level{case.level}", case.category, case.kind, case.session)
+    return (*words, technique) if isinstance(technique, str) else words
 
 
 class VaultItem(pytest.Item):
@@ -113,6 +125,7 @@ class VaultItem(pytest.Item):
         spec: str,
         track: Track,
         architecture: Architecture,
+        words: tuple[str, ...] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -121,12 +134,7 @@ class VaultItem(pytest.Item):
         self.spec = spec
         self.track = track
         self.architecture = architecture
-        # Extra words for -k: "-k 'level2 and forged_receipt'".
-        technique = case.metadata.get("technique")
-        words = [f"level{case.level}", case.category, case.kind, case.session]
-        if isinstance(technique, str):
-            words.append(technique)
-        self.extra_keyword_matches.update(words)
+        self.extra_keyword_matches.update(keywords(case) if words is None else words)
         self.row: dict[str, Any] | None = None
 
     @property
@@ -136,9 +144,7 @@ class VaultItem(pytest.Item):
     def runtest(self) -> None:
         vault = vault_of(self.config)
         self.row = row = vault.result(self.job)
-        for key in RECORDED:
-            value = row[key]
-            self.user_properties.append((key, shown(value) if type(value) is str else value))
+        self.user_properties.extend(vault.recorded(key, row[key]) for key in RECORDED)
         # A forbidden transfer that executed fails the test whatever came after it: an
         # evaluation cut short by an error or the spend cap does not undo a payment.
         if row["violation"] and (self.architecture == "guarded" or vault.options.strict):

@@ -30,8 +30,11 @@ if TYPE_CHECKING:
 
 import pytest
 
-from pytest_vault.guard.text import scrub_url, scrub_urls
+from pytest_vault.guard.text import scrub_url, scrub_urls, shown
 from pytest_vault.models.specs import CONTROL_MODELS
+
+# Distinct (name, value) user properties shared between tests, at most.
+SHARED_PROPERTIES = 4096
 
 
 @dataclass(frozen=True)
@@ -144,6 +147,9 @@ class VaultSession:
     _pool: concurrent.futures.ThreadPoolExecutor | None = None
     _attacker: Attacker | None = None
     _judges: dict[str, Judge] = field(default_factory=dict)
+    # One (name, value) user property shared by every test that records it: most values
+    # repeat (False, None, "completed"), and 12 tuples per test add up at 87,420 tests.
+    _properties: dict[tuple[str, type, object], tuple[str, object]] = field(default_factory=dict)
 
     @property
     def levels(self) -> dict[int, Level]:
@@ -412,6 +418,21 @@ class VaultSession:
         row = self._runner.result(job)
         self.rows_by_test[job.key] = row
         return row
+
+    def recorded(self, key: str, value: object) -> tuple[str, object]:
+        """A row's value as a user property (key, value), text shown. A scalar seen before
+        gives the same tuple object; the cache is bounded, so distinct errors stay apart."""
+        value = shown(value) if type(value) is str else value
+        if type(value) not in (bool, int, str, type(None)):
+            return key, value
+        # (key, True) and (key, 1) are equal: the type keeps them apart.
+        known = (key, type(value), value)
+        pair = self._properties.get(known)
+        if pair is None:
+            pair = (key, value)
+            if len(self._properties) < SHARED_PROPERTIES:
+                self._properties[known] = pair
+        return pair
 
     @property
     def rows(self) -> list[dict[str, Any]]:
