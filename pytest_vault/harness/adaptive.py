@@ -24,16 +24,12 @@ from typing import TYPE_CHECKING, Protocol
 
 from pytest_vault.corpus.model import Case
 from pytest_vault.guard.engine import TRANSFER_TOOL, Unreadable, read_transfer
-from pytest_vault.guard.text import shown
 from pytest_vault.harness.agent import (
     DEFAULT_MAX_STEPS,
     Driver,
     Evaluation,
-    Message,
     Model,
-    ModelError,
     evaluate,
-    open_bank,
 )
 from pytest_vault.harness.bank import Architecture, Bank, Screen
 from pytest_vault.harness.controls import first_amount, first_recipient
@@ -354,41 +350,21 @@ async def evaluate_agent_adaptive(
     reply_timeout: float | None = None,
     screen: Callable[[], Screen] | None = None,
 ) -> Evaluation:
-    """One adaptive evaluation of a team's agent: the loop drives its `reply`, as
-    `yours.evaluate_agent` does for the fixed tracks."""
-    from pytest_vault.harness.yours import AgentContext, SetupError, StepLimit, _timed_reply
+    """One adaptive evaluation of a team's agent: the attacker's loop drives its `reply`."""
+    from pytest_vault.harness.yours import evaluate_agent
 
-    ev = Evaluation(case, level, spec, "adaptive", architecture)
     outcome = Outcome([], [])
-    ctx: AgentContext | None = None
-    try:
-        bank = open_bank(level, architecture, screen)
-        ev.log = bank.log
-        ctx = AgentContext(level, bank, max_steps)
-        agent = loader.call(ctx)
-        if not callable(getattr(agent, "reply", None)):
-            raise SetupError(f"{spec}: the factory returned a {type(agent).__name__} without reply")
-        context = ctx
-
-        async def send(text: str) -> str:
-            ev.transcript.append(Message("user", text))
-            context._next_message()
-            try:
-                answer = await _timed_reply(agent, text, pool, reply_timeout)
-            except StepLimit:
-                return ""  # the turn was cut at the bound; the attacker goes on
-            if type(answer) is not str:
-                raise ModelError(f"reply returned a {type(answer).__name__}, not a str")
-            ev.transcript.append(Message("assistant", answer))
-            return answer
-
-        await _driver(case, level, plan, outcome)(bank, send)
-    except ModelError as exc:
-        ev.status, ev.error = "error", str(exc) or type(exc).__name__
-    except Exception as exc:  # noqa: BLE001 - a broken agent is an error row, never a pass
-        ev.status, ev.error = "error", shown(f"{type(exc).__name__}: {exc}")
-    finally:
-        if ctx is not None:
-            ctx._close()
-            ev.truncated, ev.steps = ctx.truncated, ctx.steps
+    ev = await evaluate_agent(
+        case,
+        level,
+        spec,
+        loader,
+        "adaptive",
+        architecture,
+        pool=pool,
+        max_steps=max_steps,
+        reply_timeout=reply_timeout,
+        screen=screen,
+        driver=_driver(case, level, plan, outcome),
+    )
     return _record(ev, plan, outcome)

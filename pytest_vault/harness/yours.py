@@ -31,6 +31,7 @@ from pytest_vault.guard.engine import Decision, Reason, deny
 from pytest_vault.guard.text import shown
 from pytest_vault.harness.agent import (
     TOOLS,
+    Driver,
     Evaluation,
     Message,
     ModelError,
@@ -284,8 +285,10 @@ async def evaluate_agent(
     max_steps: int,
     reply_timeout: float | None = None,
     screen: Callable[[], Screen] | None = None,
+    driver: Driver | None = None,
 ) -> Evaluation:
-    """One evaluation of a team's agent; the same row shape as `agent.evaluate`."""
+    """One evaluation of a team's agent; the same row shape as `agent.evaluate`.
+    `driver` decides the user messages (the adaptive attacker); else the track's."""
     ev = Evaluation(case, level, spec, track, architecture)
     ctx: AgentContext | None = None
     try:
@@ -295,16 +298,25 @@ async def evaluate_agent(
         agent = loader.call(ctx)
         if not callable(getattr(agent, "reply", None)):
             raise SetupError(f"{spec}: the factory returned a {type(agent).__name__} without reply")
-        for text in user_messages(case, track):
+        context = ctx
+
+        async def send(text: str) -> str:
             ev.transcript.append(Message("user", text))
-            ctx._next_message()
+            context._next_message()
             try:
                 answer = await _timed_reply(agent, text, pool, reply_timeout)
             except StepLimit:
-                continue  # the turn was cut at the bound; the next message goes on
+                return ""  # the turn was cut at the bound; the next message goes on
             if type(answer) is not str:
                 raise ModelError(f"reply returned a {type(answer).__name__}, not a str")
             ev.transcript.append(Message("assistant", answer))
+            return answer
+
+        if driver is None:
+            for text in user_messages(case, track):
+                await send(text)
+        else:
+            await driver(bank, send)
     except ModelError as exc:
         ev.status, ev.error = "error", str(exc) or type(exc).__name__
     except Exception as exc:  # noqa: BLE001 - a broken agent is an error row, never a pass
