@@ -388,3 +388,47 @@ def test_a_request_without_tools_sends_no_tools_key(
     assert [k for k in body(TOOLS) if k != "temperature"] == keys
     assert list(body(())) == [k for k in body(TOOLS) if k != "tools"]
     assert len(body(TOOLS)["tools"]) == len(TOOLS)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_both_sdks_send_through_their_own_aiohttp_transport(
+    fake: FakeProvider, provider: str
+) -> None:
+    import anthropic
+    import openai
+
+    sdk = {"openai": openai, "anthropic": anthropic}[provider]
+    m = model(provider)
+    assert isinstance(m.wire.client._client, sdk.DefaultAioHttpClient)  # type: ignore[attr-defined]
+    # ... and the whole evaluation still goes over it.
+    assert run(m, case(ATTACK))["paid"] is False
+    assert len(fake.requests) == 2
+
+
+def test_without_aiohttp_the_sdks_default_transport_is_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import importlib.util
+
+    import openai
+
+    from pytest_vault.models.providers import aiohttp_client
+
+    class Old:  # an SDK from before its aiohttp transport
+        pass
+
+    class Broken:  # the SDK's placeholder when its aiohttp glue cannot load
+        class DefaultAioHttpClient:
+            def __init__(self, **_: Any) -> None:
+                raise RuntimeError("install the aiohttp extra")
+
+    assert aiohttp_client(Old, 5.0) is None
+    assert aiohttp_client(Broken, 5.0) is None
+    client = aiohttp_client(openai, 5.0)
+    assert isinstance(client, openai.DefaultAioHttpClient)
+    asyncio.run(client.aclose())
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "aiohttp" else real(name, *a)
+    )
+    assert aiohttp_client(openai, 5.0) is None
