@@ -14,11 +14,12 @@ import os
 import sys
 from collections.abc import Sequence
 from decimal import Decimal
-from typing import Any
+from json.encoder import encode_basestring
 
 from pytest_vault.guard.engine import (
     EVALUATION_ERROR,
     INVALID_CONTEXT,
+    POLICY_ID,
     Decision,
     Guard,
     Unreadable,
@@ -29,32 +30,64 @@ from pytest_vault.guard.passport import Passport, PassportError, load_passport, 
 from pytest_vault.guard.text import utf8_json
 
 
-def _answer(guard: Guard, line: bytes, overrides: dict[str, Passport]) -> dict[str, Any]:
-    """One decision for one input line; malformed lines are denied, never fatal."""
+def _answer(guard: Guard, line: bytes, overrides: dict[str, Passport]) -> str:
+    """One decision for one input line, as its JSON text; malformed lines are denied,
+    never fatal."""
     try:
         return _decide(guard, line, overrides)
     except Exception as exc:  # noqa: BLE001 - fail closed, and keep answering
-        return deny(EVALUATION_ERROR, f"evaluation failed: {type(exc).__name__}").to_dict()
+        return decision_json(deny(EVALUATION_ERROR, f"evaluation failed: {type(exc).__name__}"))
 
 
-def _decide(guard: Guard, line: bytes, overrides: dict[str, Passport]) -> dict[str, Any]:
+def _decide(guard: Guard, line: bytes, overrides: dict[str, Passport]) -> str:
     try:
         # The same strict reading as tool arguments: exact decimals, no NaN, no
         # duplicate keys anywhere on the line.
         request = parse_json_object(line)
     except Unreadable as exc:
-        return deny(INVALID_CONTEXT, f"line: {exc}").to_dict()
+        return decision_json(deny(INVALID_CONTEXT, f"line: {exc}"))
     if "tool" in request:
-        return guard.check_call(request["tool"], request.get("arguments")).to_dict(call=True)
+        return decision_json(guard.check_call(request["tool"], request.get("arguments")), call=True)
     if "context" not in request:
-        return deny(INVALID_CONTEXT, 'line needs "tool" and "arguments", or "context"').to_dict()
+        return decision_json(
+            deny(INVALID_CONTEXT, 'line needs "tool" and "arguments", or "context"')
+        )
     override = request.get("overridePassport")
     if override is None:
-        return guard.check_context(request["context"]).to_dict()
+        return decision_json(guard.check_context(request["context"]))
     passport = _override(guard.passport, override, overrides)
     if isinstance(passport, Decision):
-        return passport.to_dict()
-    return guard.check_context(request["context"], passport).to_dict()
+        return decision_json(passport)
+    return decision_json(guard.check_context(request["context"], passport))
+
+
+# `Decision.to_dict` as compact JSON (`json.dumps(..., ensure_ascii=False,
+# separators=(",", ":"))`), written out directly: the same text, without building and
+# walking the dicts of every answer. Strings are quoted by the encoder's own function.
+_quote = encode_basestring
+_POLICY = f',"policy_id":{_quote(POLICY_ID)}'
+
+
+def _optional(text: str | None) -> str:
+    return "null" if text is None else _quote(text)
+
+
+def decision_json(decision: Decision, *, call: bool = False) -> str:
+    """The JSON text of `decision.to_dict(call=call)`."""
+    reasons = ",".join(
+        [f'{{"code":{_quote(r.code)},"message":{_quote(r.message)}}}' for r in decision.reasons]
+    )
+    head = '{"allow":true,"reasons":[' if decision.allow else '{"allow":false,"reasons":['
+    if not call:
+        return f"{head}{reasons}]{_POLICY}}}"
+    t = decision.executes
+    if t is None:
+        return f'{head}{reasons}]{_POLICY},"executes":null}}'
+    return (
+        f'{head}{reasons}]{_POLICY},"executes":{{"recipient":{_quote(t.recipient)},'
+        f'"amount_minor":{int.__repr__(t.amount_minor)},"currency":{_quote(t.currency)},'
+        f'"memo":{_optional(t.memo)},"idempotency_key":{_optional(t.idempotency_key)}}}}}'
+    )
 
 
 def _override(base: Passport, override: object, cache: dict[str, Passport]) -> Passport | Decision:
@@ -186,7 +219,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"WARNING: {w.message}", file=sys.stderr)
 
     overrides: dict[str, Passport] = {}
-    dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
     source, sink = sys.stdin.fileno(), sys.stdout.buffer
     pending = bytearray()
     # Read what is available, answer every complete line, flush once per chunk: a
@@ -201,11 +233,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         lines = bytes(pending[:end]).split(b"\n")
         del pending[: end + 1]
-        answers = [dumps(_answer(guard, line, overrides)) for line in lines]
+        answers = [_answer(guard, line, overrides) for line in lines]
         sink.write(_utf8("\n".join(answers) + "\n"))
         sink.flush()
     if pending.strip():  # a last line without its newline is still a line
-        sink.write(_utf8(dumps(_answer(guard, bytes(pending), overrides)) + "\n"))
+        sink.write(_utf8(_answer(guard, bytes(pending), overrides) + "\n"))
         sink.flush()
     return 0
 

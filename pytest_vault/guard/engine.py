@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from decimal import Decimal
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple, NoReturn, cast
 
 from pytest_vault.guard.passport import (
     ASSURANCE_RANK,
@@ -100,6 +101,7 @@ _MAX_ADJUSTED = 15  # amounts of 10**16 major units or more are not read
 _MAX_FIGURES = 40  # nor amounts written with more digits than any real one has
 _INT_CEILING = 10 ** (_MAX_ADJUSTED + 1)
 _FLOAT_CEILING = float(_INT_CEILING)  # exact: a power of ten below 2**53 * 2**11
+_EXACT_UNITS = 10**15  # minor units a float names exactly by its nearest value (DBL_DIG)
 
 
 # Value types are NamedTuples: immutable (what executes cannot be edited after the
@@ -284,7 +286,18 @@ def _minor(value: object, digits: int) -> int:
     elif kind is float:
         real = cast(float, value)
         if 0.0 < real < _FLOAT_CEILING:
+            scale = 10**digits
+            # Exact without Decimal below 10**15 minor units: if u / scale rounds to the
+            # float, both u / scale and repr(real) are decimals of at most 15 figures
+            # that read back as it, so they are equal (DBL_DIG = 15), and real * scale
+            # is within 0.25 of u, so round() finds u. Anything else takes the general
+            # path, which also words the refusal.
+            units = round(real * scale)
+            if units < _EXACT_UNITS and units / scale == real:
+                return units
             return _scaled(Decimal(repr(real)), digits)
+    elif kind is Decimal:  # as the strict reader gives it: no copy needed
+        return to_minor(cast(Decimal, value), digits)
     return to_minor(_decimal(value), digits)
 
 
@@ -301,6 +314,14 @@ def _good_text(value: object, max_len: int) -> bool:
     )
 
 
+def _refuse_keys(arguments: dict[Any, Any]) -> NoReturn:
+    """Raise for the first problem with the keys: one that is not a string, else the
+    unknown ones."""
+    _object(arguments, "arguments")
+    unknown = set(arguments) - _TRANSFER_ARGS
+    raise Unreadable(f"unknown argument(s) {', '.join(sorted(map(_show, unknown)))}")
+
+
 def read_transfer(arguments: object) -> Transfer:
     """Read `transfer_funds` arguments (a dict, or its JSON text) into a `Transfer`."""
     if type(arguments) is str or type(arguments) is bytes:
@@ -308,11 +329,8 @@ def read_transfer(arguments: object) -> Transfer:
     if type(arguments) is not dict:
         arguments = _object(arguments, "arguments")  # raises, naming the type
     for name in arguments:
-        if type(name) is not str:
-            _object(arguments, "arguments")  # raises
-    if not arguments.keys() <= _TRANSFER_ARGS:
-        unknown = set(arguments) - _TRANSFER_ARGS
-        raise Unreadable(f"unknown argument(s) {', '.join(sorted(map(_show, unknown)))}")
+        if type(name) is not str or name not in _TRANSFER_ARGS:
+            _refuse_keys(arguments)
     # The checks run in this order, so that a call with several problems is refused
     # for the same one whichever path reads it.
     recipient = arguments.get("recipient", _MISSING)
@@ -437,8 +455,7 @@ class Ledger:
     keys: set[str] = field(default_factory=set)
 
 
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
+_DAY = 86_400  # seconds: Unix time has no leap seconds, so whole days are UTC days
 
 
 _OVER_TX = (Reason(LIMIT_EXCEEDED, "Amount exceeds per-transaction limit"),)
@@ -450,6 +467,7 @@ _BLOCKED = (Reason(CATEGORY_BLOCKED, "Item category is blocked"),)
 _COUNTRY = (Reason(REGION_BLOCKED, "Shipping country not allowed"),)
 _NO_KEY = (Reason(INVALID_CONTEXT, "idempotency_key is required by the passport"),)
 _EXPIRED = (Reason(PASSPORT_EXPIRED, "Passport has expired"),)
+_REFUSALS_KEPT = 1024
 
 
 class _Plan:
@@ -462,11 +480,13 @@ class _Plan:
         "caps",
         "countries",
         "expires_at",
+        "expires_ts",
         "head",
         "key_required",
         "max_items",
         "memo_code",
         "payees",
+        "refusals",
         "refused",
         "regions",
         "transfer_items",
@@ -482,12 +502,14 @@ class _Plan:
             else (Reason(PASSPORT_SUSPENDED, f"Passport status is {status}"),)
         )
         self.expires_at = None if passport.never_expires else passport.expires_at
+        self.expires_ts = None if self.expires_at is None else self.expires_at.timestamp()
         self.ungranted = (
             (Reason(UNKNOWN_CAPABILITY, f"Passport does not grant {CHARGE}"),)
             if limits is None
             else None
         )
         self.regions = frozenset(passport.regions)
+        self.refusals: dict[str, tuple[Reason, ...]] = {}
         head: list[Reason] = []
         if limits is None:  # every decision stops at `ungranted`
             self.key_required = self.anyone = self.memo_code = False
@@ -525,6 +547,20 @@ class _Plan:
         self.transfer_items = self.item_count(transfer)
         self.transfer_place = self.place(region, None, transfer)
 
+    def forbidden(self, payee: str) -> tuple[Reason, ...]:
+        """The reason a payee outside the allowlist is refused; an attack repeats its
+        payee, so the words are kept (a bounded number of them, so that a flood of
+        distinct payees cannot grow the guard)."""
+        said = self.refusals.get(payee)
+        if said is None:
+            if len(self.refusals) >= _REFUSALS_KEPT:
+                self.refusals.clear()
+            said = (
+                _new(Reason, (MERCHANT_FORBIDDEN, f"Merchant {_show(payee)} not in allowlist")),
+            )
+            self.refusals[payee] = said
+        return said
+
     def item_count(self, items: tuple[Item, ...]) -> tuple[Reason, ...]:
         return _OVER_ITEMS if self.max_items is not None and len(items) > self.max_items else ()
 
@@ -545,48 +581,76 @@ class _Plan:
 class Guard:
     """One passport and its ledger. Judge with `check_call` / `check_context`."""
 
-    def __init__(self, passport: Passport, *, clock: Callable[[], datetime] = _utcnow) -> None:
+    def __init__(self, passport: Passport, *, clock: Callable[[], datetime] | None = None) -> None:
         self.passport = passport
         self.limits = passport.charge_limits
         self.ledger = Ledger()
+        # None: the system clock, read as `time.time()` (an aware datetime costs more to
+        # make than the rest of a decision's arithmetic).
         self._clock = clock
         self._plan = _Plan(passport, self.limits)
+        self._day_cache = (-1, date.min)  # (day number, its date): one tuple, so threads agree
+
+    def _today(self, plan: _Plan) -> tuple[date, bool]:
+        """One clock reading: the UTC day, and whether `plan`'s passport has expired."""
+        if self._clock is not None:
+            now = self._clock()
+            return now.date(), plan.expires_at is not None and now >= plan.expires_at
+        t = time.time()
+        number = int(t // _DAY)
+        known, day = self._day_cache
+        if number != known:
+            day = datetime.fromtimestamp(number * _DAY, UTC).date()
+            self._day_cache = (number, day)
+        return day, plan.expires_ts is not None and t >= plan.expires_ts
 
     # -- tool calls -------------------------------------------------------------
     def judge_call(self, name: object, arguments: object) -> Decision:
         """Judge a tool call without touching the ledger. Never raises."""
+        return self._call(name, arguments)[0]
+
+    def _call(self, name: object, arguments: object) -> tuple[Decision, date | None]:
+        """`judge_call`, with the day it was judged on (None if it was not judged)."""
         try:
             if name != TRANSFER_TOOL:
                 return deny(
                     EVALUATION_ERROR, f"tool {_show(name)} is not a payment tool the guard knows"
-                )
+                ), None
             try:
                 transfer = read_transfer(arguments)
             except Unreadable as exc:
-                return deny(INVALID_CONTEXT, str(exc))
+                return deny(INVALID_CONTEXT, str(exc)), None
             plan = self._plan
-            return self._judge(plan, transfer, plan.transfer_items, plan.transfer_place, transfer)
+            today, expired = self._today(plan)
+            items, place = plan.transfer_items, plan.transfer_place
+            return self._judge(plan, transfer, items, place, transfer, today, expired), today
         except Exception as exc:  # noqa: BLE001 - fail closed on anything unexpected
-            return deny(EVALUATION_ERROR, f"evaluation failed: {type(exc).__name__}")
+            return deny(EVALUATION_ERROR, f"evaluation failed: {type(exc).__name__}"), None
 
     def judge_transfer(self, transfer: Transfer) -> Decision:
         """Judge an already normalized transfer without touching the ledger. Never raises."""
         try:
             plan = self._plan
-            return self._judge(plan, transfer, plan.transfer_items, plan.transfer_place, transfer)
+            items, place = plan.transfer_items, plan.transfer_place
+            return self._judge(plan, transfer, items, place, transfer, *self._today(plan))
         except Exception as exc:  # noqa: BLE001 - fail closed on anything unexpected
             return deny(EVALUATION_ERROR, f"evaluation failed: {type(exc).__name__}")
 
     def check_call(self, name: object, arguments: object) -> Decision:
         """Judge a tool call and, if allowed, record it in the ledger."""
-        decision = self.judge_call(name, arguments)
-        if decision.allow and decision.transfer is not None:
-            self.commit(decision.transfer)
+        decision, today = self._call(name, arguments)
+        if decision.allow and decision.transfer is not None and today is not None:
+            # Recorded under the day it was judged on: one clock reading, so the day
+            # whose total was checked is the day it counts towards, even at midnight.
+            self._record(decision.transfer, today)
         return decision
 
     def commit(self, transfer: Transfer) -> None:
         """Record a transfer that executed (allowed, or executed unguarded)."""
-        day = (self._clock().date(), transfer.currency)
+        self._record(transfer, self._today(self._plan)[0])
+
+    def _record(self, transfer: Transfer, today: date) -> None:
+        day = (today, transfer.currency)
         daily = self.ledger.daily
         daily[day] = daily.get(day, 0) + transfer.amount_minor
         if transfer.idempotency_key is not None:
@@ -608,15 +672,14 @@ class Guard:
                 Transfer, (ctx.merchant_id, ctx.amount, ctx.currency, ctx.memo, ctx.idempotency_key)
             )
             items = ctx.items
-            decision = self._judge(
-                plan,
-                call,
+            count, place = (
                 plan.item_count(items),
                 plan.place(ctx.region, ctx.shipping_country, items),
-                None,
             )
+            today, expired = self._today(plan)
+            decision = self._judge(plan, call, count, place, None, today, expired)
             if decision.allow:
-                self.commit(call)
+                self._record(call, today)
             return decision
         except Exception as exc:  # noqa: BLE001 - fail closed on anything unexpected
             return deny(EVALUATION_ERROR, f"evaluation failed: {type(exc).__name__}")
@@ -629,13 +692,14 @@ class Guard:
         items: tuple[Reason, ...],
         place: tuple[Reason, ...],
         transfer: Transfer | None,
+        today: date,
+        expired: bool,
     ) -> Decision:
-        """`call` under `plan`; `items` and `place` are its already decided item-count
-        and region/country/category reasons; the decision carries `transfer`."""
-        now = self._clock()
+        """`call` under `plan` on `today`; `items` and `place` are its already decided
+        item-count and region/country/category reasons; the decision carries `transfer`."""
         if plan.refused is not None:
             return _new(Decision, (False, plan.refused, transfer))
-        if plan.expires_at is not None and now >= plan.expires_at:
+        if expired:
             return _new(Decision, (False, _EXPIRED, transfer))
         if plan.ungranted is not None:
             return _new(Decision, (False, plan.ungranted, transfer))
@@ -646,17 +710,19 @@ class Guard:
         reasons = plan.head
         cap = plan.caps.get(currency)
         if cap is None:
-            reasons += (Reason(CURRENCY_UNSUPPORTED, f"Currency {currency} is not supported"),)
+            reasons += (
+                _new(Reason, (CURRENCY_UNSUPPORTED, f"Currency {currency} is not supported")),
+            )
         elif amount > cap[0]:
             reasons += _OVER_TX
         reasons += items
         if not (plan.anyone or payee in plan.payees):
-            reasons += (Reason(MERCHANT_FORBIDDEN, f"Merchant {_show(payee)} not in allowlist"),)
+            reasons += plan.forbidden(payee)
         reasons += place
         if plan.memo_code and not APPROVAL_CODE.search(memo or ""):
             reasons += _NO_CODE
         if cap is not None and cap[1] is not None:
-            if self.ledger.daily.get((now.date(), currency), 0) + amount > cap[1]:
+            if self.ledger.daily.get((today, currency), 0) + amount > cap[1]:
                 reasons += _OVER_DAY
         if key is not None and key in self.ledger.keys:
             reasons += _KEY_USED

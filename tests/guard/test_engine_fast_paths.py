@@ -1,0 +1,144 @@
+"""Each fast path of the guard gives exactly what its general path gives."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from pytest_vault.guard.__main__ import decision_json
+from pytest_vault.guard.engine import (
+    MERCHANT_FORBIDDEN,
+    Decision,
+    Guard,
+    Reason,
+    Transfer,
+    Unreadable,
+    _decimal,
+    _minor,
+    read_transfer,
+    to_minor,
+)
+from pytest_vault.guard.passport import load_passport
+from pytest_vault.harness.levels import SHIPPED
+
+
+def general(value: object, digits: int) -> int | str:
+    try:
+        return to_minor(_decimal(value), digits)
+    except Unreadable as exc:
+        return f"refused: {exc}"
+
+
+def fast(value: object, digits: int) -> int | str:
+    try:
+        return _minor(value, digits)
+    except Unreadable as exc:
+        return f"refused: {exc}"
+
+
+cents = st.integers(1, 10**17).map(lambda n: n / 100)  # amounts as a model writes them
+any_float = st.floats(min_value=1e-6, max_value=1e17, allow_nan=False)
+
+
+@given(
+    st.one_of(cents, any_float, st.integers(1, 10**18).map(lambda n: n / 1000)),
+    st.sampled_from([0, 2, 3]),
+)
+@example(0.29, 2)  # 0.29 * 100 is 28.999999999999996 in floats
+@example(1234567890123.45, 2)  # just under 10**15 minor units
+@example(12345678901234.56, 2)  # at 10**15: the general path
+@example(9999999999999998.0, 2)
+@example(0.005, 2)
+@example(5e-324, 2)
+def test_float_amounts_read_as_the_decimal_path_reads_them(value: float, digits: int) -> None:
+    assert fast(value, digits) == general(value, digits)
+
+
+def test_the_float_cases_that_matter_have_exact_values() -> None:
+    assert fast(0.29, 2) == 29
+    assert fast(250.5, 2) == 25_050
+    assert fast(1234567890123.45, 2) == 123_456_789_012_345
+    assert fast(0.005, 2) == "refused: amount 0.005 has more than 2 decimal places"
+    assert (
+        fast(12.345, 3) == 12_345
+        and fast(9.0, 0) == 9
+        and fast(9.5, 0) == ("refused: amount 9.5 has more than 0 decimal places")
+    )
+
+
+text = st.text(st.characters(exclude_categories=()), max_size=12) | st.sampled_from(
+    ["\ud800", "é\u202e", ""]
+)
+reasons = st.lists(st.builds(Reason, text, text), min_size=1, max_size=3).map(tuple)
+transfers = st.none() | st.builds(
+    Transfer, text, st.integers(0, 10**20), text, st.none() | text, st.none() | text
+)
+
+
+@given(st.booleans(), reasons, transfers, st.booleans())
+def test_the_cli_writes_each_decision_as_json_dumps_would(
+    allow: bool, why: tuple[Reason, ...], transfer: Transfer | None, call: bool
+) -> None:
+    decision = Decision(allow, why, transfer)
+    dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+    assert decision_json(decision, call=call) == dumps(decision.to_dict(call=call))
+
+
+def test_a_refused_payee_is_worded_the_same_every_time_and_the_words_kept_are_bounded() -> None:
+    guard = Guard(load_passport(SHIPPED / "level-3.json"))
+    first = guard.check_call("transfer_funds", {"recipient": "o'neil@x.test", "amount": 1})
+    for n in range(3000):
+        guard.check_call("transfer_funds", {"recipient": f"evil{n}@x.test", "amount": 1})
+    again = guard.check_call("transfer_funds", {"recipient": "o'neil@x.test", "amount": 1})
+    assert (
+        first.reasons
+        == again.reasons
+        == (Reason(MERCHANT_FORBIDDEN, 'Merchant "o\'neil@x.test" not in allowlist'),)
+    )
+    assert len(guard._plan.refusals) == 3002 % 1024  # 3,002 refusals, kept 1,024 at most
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"recipient": "a@b.c", 1: 2, "zzz": 3}, "arguments must be a JSON object, got dict"),
+        (
+            {"zzz": 3, "recipient": "a@b.c", "amount": 1, "aaa": 1},
+            "unknown argument(s) 'aaa', 'zzz'",
+        ),
+        ({"amount": Decimal("1.5")}, "recipient is required"),
+    ],
+)
+def test_keys_are_refused_in_the_order_the_general_path_gave(
+    arguments: dict[object, object], message: str
+) -> None:
+    with pytest.raises(Unreadable) as exc:
+        read_transfer(arguments)
+    assert str(exc.value) == message
+
+
+def test_the_system_clock_reads_the_same_day_and_expiry_as_an_aware_datetime() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    base = load_passport(SHIPPED / "level-2.json")
+    now = datetime.now(UTC)
+    call = {"recipient": "rent@aport-vault.com", "amount": 10, "idempotency_key": "k-00000001"}
+
+    def under(expires: datetime | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        changes = {"never_expires": None, "expires_at": expires} if expires else {}
+        passport = base.model_copy(update=changes)
+        system, given = Guard(passport), Guard(passport, clock=lambda: datetime.now(UTC))
+        return system.judge_call("transfer_funds", call).codes, given.judge_call(
+            "transfer_funds", call
+        ).codes
+
+    assert under(now - timedelta(seconds=1)) == (("oap.passport_expired",),) * 2
+    assert under(now + timedelta(hours=1)) == (("oap.allowed",),) * 2
+    guard = Guard(base)
+    guard.check_call("transfer_funds", call)
+    # The ledger's day is the UTC date, as `datetime.now(UTC).date()` names it.
+    assert guard.ledger.daily == {(datetime.now(UTC).date(), "USD"): 1000}
