@@ -153,6 +153,9 @@ def _anthropic(body: dict[str, Any], malformed: bool) -> dict[str, Any]:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # Headers and body are two writes: with Nagle's algorithm on, the body waits for the
+    # client's delayed ACK, 40 ms on every answer (what a real provider does not add).
+    disable_nagle_algorithm = True
     server: _Server
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
