@@ -638,6 +638,8 @@ def pytest_runtest_makereport(
     report = yield
     row = getattr(item, "row", None)
     if call.when == "call" and row is not None:
+        # The store has the row: the item (kept to the end of the run) lets go of it.
+        item.row = None  # type: ignore[attr-defined]
         vault = item.config.stash[VAULT]
         stats = vault.stats
         # A JSON-able attribute travels with the report to the xdist controller.
@@ -655,6 +657,18 @@ def pytest_runtest_makereport(
             "spent_usd": vault.spend.spent_usd,
         }
     return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_logreport(report: pytest.TestReport) -> Generator[None, None, None]:
+    """`report.vault` is read while the report is logged (the progress line; the xdist
+    controller takes the row, a worker sends it): then it goes, since pytest keeps every
+    report to the end of the run."""
+    try:
+        return (yield)
+    finally:
+        if hasattr(report, "vault"):
+            delattr(report, "vault")
 
 
 class Progress:
@@ -770,36 +784,36 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             "sample": vault.sample,
         }
         return
-    if vault.options.results is not None and vault.rows:
+    # One table of the rows, made a column at a time, serves every writer: no list of
+    # the run's rows as dicts.
+    store = vault.store
+    if vault.options.results is not None and store:
         from pytest_vault.report.results import write_results
 
-        write_results(vault.rows, vault.options.results, vault.metadata())
+        write_results(store.results(), vault.options.results, vault.metadata())
     if vault.options.export_found is not None:
-        _export_found(vault.rows, vault.options.export_found)
-    if vault.options.report is not None and vault.rows:
+        _export_found(store.found() if store else [], vault.options.export_found)
+    if vault.options.report is not None and store:
         from pytest_vault.report.html import write_html
 
-        write_html(vault.rows, [vault.metadata()], vault.options.report)
+        write_html(store.results(), [vault.metadata()], vault.options.report)
     baseline = config.stash.get(BASELINE, None)
-    if baseline is not None and vault.rows:
+    if baseline is not None and store:
         from pytest_vault.report.baseline import EXIT_REGRESSION, compare
-        from pytest_vault.report.results import to_table
 
-        gate = config.stash[GATE] = compare(to_table(vault.rows), baseline)
+        gate = config.stash[GATE] = compare(store.results(), baseline)
         # Like syrupy's unused snapshots: the run fails even when every test passed.
         if gate.failed and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = EXIT_REGRESSION
 
 
-def _export_found(rows: list[dict[str, Any]], path: Path) -> None:
+def _export_found(found: list[str], path: Path) -> None:
     """`--vault-export-found`: the adaptive finds as corpus lines, sorted (so any
     parallelism writes the same file), written atomically; no find, an empty file."""
     import contextlib
     import os
 
-    from pytest_vault.harness.events import FOUND
-
-    lines = sorted({row[FOUND] for row in rows if isinstance(row.get(FOUND), str)})
+    lines = sorted(set(found))
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -818,7 +832,7 @@ def pytest_terminal_summary(
     terminalreporter: pytest.TerminalReporter, config: pytest.Config
 ) -> None:
     vault = config.stash[VAULT]
-    if not vault.rows:
+    if not vault.store:
         return
     from pytest_vault.report.summary import render
 
@@ -861,7 +875,7 @@ class XdistHooks:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         info = getattr(report, "vault", None)
         if report.when == "call" and isinstance(info, dict) and _is_controller(self.config):
-            self.config.stash[VAULT].rows_by_test[report.nodeid] = info["row"]
+            self.config.stash[VAULT].store.add(report.nodeid, info["row"])
 
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         output = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT, {})

@@ -5,6 +5,10 @@ runner owns a background thread with one event loop and `concurrency` worker tas
 The session hands it, in test order, the jobs this process will run (`prefetch`);
 each test then waits for its own result (`result`), jumping the queue if its job has
 not started yet. The control models take the same path.
+
+Read-ahead is a window: at most `ahead` jobs are queued, running or finished but not yet
+reported at once, refilled as tests take their results. At 87,420 tests, a queue entry
+and a future for every job up front was the run's largest transient memory.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import asyncio
 import concurrent.futures
 import itertools
 import threading
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -22,6 +27,9 @@ R = TypeVar("R")
 
 # Priorities: a test waiting now goes before read-ahead.
 WAITING, AHEAD = 0, 1
+# The read-ahead window, in multiples of the concurrency (and at least this many jobs):
+# wide enough that one slow evaluation at the head does not idle the workers behind it.
+AHEAD_PER_WORKER, MIN_AHEAD = 8, 1024
 
 
 @dataclass(eq=False)
@@ -31,6 +39,7 @@ class _Entry(Generic[T, R]):
     job: T
     future: concurrent.futures.Future[R] = field(default_factory=concurrent.futures.Future)
     claimed: bool = False
+    ahead: bool = False  # queued by the read-ahead: holds a place in its window
 
 
 @dataclass(frozen=True)
@@ -46,9 +55,16 @@ class Runner(Generic[T, R]):
         key: Callable[[T], str],
         concurrency: int,
         on_close: Callable[[], Awaitable[None]] | None = None,
+        ahead: int | None = None,
     ) -> None:
         self._work, self._key, self._concurrency, self._on_close = work, key, concurrency, on_close
+        self._ahead = max(AHEAD_PER_WORKER * concurrency, MIN_AHEAD) if ahead is None else ahead
         self._entries: dict[str, _Entry[T, R]] = {}
+        # Jobs to read ahead, in order, not yet queued; `_later` holds the keys among them
+        # that no test has taken yet (one taken out of order is skipped when reached).
+        self._pending: deque[T] = deque()
+        self._later: set[str] = set()
+        self._open = 0  # read-ahead entries queued and not yet taken by a test
         self._lock = threading.Lock()
         self._seq = itertools.count()
         self._loop = asyncio.new_event_loop()
@@ -92,36 +108,55 @@ class Runner(Generic[T, R]):
                 self._in_flight -= 1
                 self._finished += 1
 
-    def _submit(self, job: T, priority: int) -> concurrent.futures.Future[R]:
-        key = self._key(job)
-        with self._lock:
-            entry = self._entries.get(key)
-            fresh = entry is None
-            if entry is None:
-                entry = self._entries[key] = _Entry(job)
-            # A test waiting for a job no worker has taken yet puts it at the front.
-            requeue = fresh or (priority == WAITING and not entry.claimed)
-        if requeue:
+    def _submit(self, job: T, key: str, priority: int) -> _Entry[T, R]:
+        """Queue a job (under the lock); a waiting test's job goes to the front."""
+        entry = self._entries.get(key)
+        fresh = entry is None
+        if entry is None:
+            entry = self._entries[key] = _Entry(job, ahead=priority == AHEAD)
+            self._open += entry.ahead
+        # A test waiting for a job no worker has taken yet puts it at the front.
+        if fresh or (priority == WAITING and not entry.claimed):
             assert self._queue is not None
             item = (priority, next(self._seq), entry)
             self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
-        return entry.future
+        return entry
+
+    def _refill(self) -> None:
+        """Queue read-ahead jobs until the window is full (under the lock)."""
+        while self._open < self._ahead and self._pending:
+            job = self._pending.popleft()
+            key = self._key(job)
+            if key in self._later:  # else a test already took it
+                self._later.discard(key)
+                self._submit(job, key, AHEAD)
 
     def prefetch(self, jobs: Iterable[T]) -> None:
-        """Queue jobs to run ahead, in this order."""
-        for job in jobs:
-            self._submit(job, AHEAD)
+        """Run these jobs ahead, in this order, as the window allows."""
+        with self._lock:
+            for job in jobs:
+                key = self._key(job)
+                if key not in self._later and key not in self._entries:
+                    self._pending.append(job)
+                    self._later.add(key)
+            self._refill()
 
     def result(self, job: T) -> R:
         """Block until this job's result is ready (starting it now if needed)."""
-        future = self._submit(job, WAITING)
+        key = self._key(job)
+        with self._lock:
+            self._later.discard(key)
+            future = self._submit(job, key, WAITING).future
         try:
             return future.result()
         finally:
             # Forget the job, so that the same test run again (a rerun plugin) is
             # evaluated again; a stale queue item for it is skipped as claimed.
             with self._lock:
-                self._entries.pop(self._key(job), None)
+                entry = self._entries.pop(key, None)
+                if entry is not None and entry.ahead:
+                    self._open -= 1
+                    self._refill()
 
     @property
     def counts(self) -> Counts:

@@ -32,6 +32,7 @@ import pytest
 
 from pytest_vault.guard.text import scrub_url, scrub_urls, shown
 from pytest_vault.models.specs import CONTROL_MODELS
+from pytest_vault.plugin.rows import RowStore, TableRows
 
 # Distinct (name, value) user properties shared between tests, at most.
 SHARED_PROPERTIES = 4096
@@ -116,8 +117,8 @@ class Job:
 @dataclass
 class VaultSession:
     options: Options
-    # One row per test (the last, if a test runs twice), keyed by node id.
-    rows_by_test: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # One row per test (the last, if a test runs twice), keyed by node id, as tuples.
+    store: RowStore = field(default_factory=RowStore)
     # Case ids seen in this run, across corpus files, with where they were defined.
     seen_ids: dict[str, str] = field(default_factory=dict)
     # sha256 of each corpus file collected (merged from workers under xdist).
@@ -416,7 +417,7 @@ class VaultSession:
             self.start([])
         assert self._runner is not None
         row = self._runner.result(job)
-        self.rows_by_test[job.key] = row
+        self.store.add(job.key, row)
         return row
 
     def recorded(self, key: str, value: object) -> tuple[str, object]:
@@ -435,8 +436,9 @@ class VaultSession:
         return pair
 
     @property
-    def rows(self) -> list[dict[str, Any]]:
-        return list(self.rows_by_test.values())
+    def rows(self) -> TableRows:
+        """The rows kept for the end, as mappings (no dict per row)."""
+        return self.store.rows()
 
     @property
     def in_flight(self) -> int:

@@ -116,8 +116,20 @@ def _stored(value: Any) -> Any:
     return value
 
 
-def to_table(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
-    """Rows as a table; text that is not valid UTF-8 (a lone surrogate) never aborts it."""
+def table_of(rows: Sequence[Sequence[Any]], names: Sequence[str]) -> pa.Table:
+    """Rows held as sequences of values (in `names` order, which hold every column) as
+    a table, as `to_table` makes it, one column at a time: no dict per row."""
+    at = {name: i for i, name in enumerate(names)}
+    return pa.Table.from_arrays(
+        [pa.array([_stored(r[at[f.name]]) for r in rows], f.type) for f in SCHEMA],
+        schema=SCHEMA,
+    )
+
+
+def to_table(rows: Sequence[Mapping[str, Any]] | pa.Table) -> pa.Table:
+    """Rows (or a table of them, extra columns dropped) as a results table."""
+    if isinstance(rows, pa.Table):
+        return rows.select(SCHEMA.names)
     return pa.Table.from_pylist(
         [{k: _stored(v) for k, v in row.items()} for row in rows], schema=SCHEMA
     )
@@ -136,7 +148,7 @@ def scrubbed(metadata: Any) -> Any:
 
 
 def write_results(
-    rows: Sequence[Mapping[str, Any]], path: Path, metadata: Mapping[str, Any]
+    rows: Sequence[Mapping[str, Any]] | pa.Table, path: Path, metadata: Mapping[str, Any]
 ) -> None:
     write_table(to_table(rows), path, metadata)
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported where it is used: the summary needs none of it
+    import numpy as np
 
 
 def zero_bound(n: int, alpha: float = 0.05) -> float:
@@ -40,6 +42,8 @@ def bootstrap_p(draws: Sequence[float] | np.ndarray) -> float:
 
     All draws at zero (identical pairs) give 1; all draws on one side give 0.
     """
+    import numpy as np
+
     values = np.asarray(draws, dtype=float)
     values = values[~np.isnan(values)]
     if len(values) == 0:

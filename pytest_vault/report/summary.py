@@ -14,13 +14,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from pytest_vault.guard.text import shown
-from pytest_vault.report.judges import COLUMN as VERDICTS
-from pytest_vault.report.judges import Verdicts, agreement_table, judge_table, summary_line
-from pytest_vault.report.results import ResultsError
 from pytest_vault.report.stats import rule_of_three, zero_bound
+
+# `report.judges.COLUMN`, named here so that a run without judges imports neither numpy
+# nor pyarrow for its summary: at the end of a large run they are 50 MB of peak memory.
+VERDICTS = "judge_verdicts"
 
 Row = Mapping[str, Any]
 LEVEL_GROUPS: tuple[tuple[str, frozenset[int], str], ...] = (
@@ -173,6 +172,13 @@ def adaptive_lines(rows: Sequence[Row]) -> list[str]:
 def judge_lines(rows: Sequence[Row]) -> list[str]:
     """The judges' line, when some row holds verdicts (fixed tracks: the caller's rows),
     computed as `vault-report`'s judges tables are."""
+    if all(r.get(VERDICTS) is None for r in rows):
+        return []
+    import numpy as np
+
+    from pytest_vault.report.judges import Verdicts, agreement_table, judge_table, summary_line
+    from pytest_vault.report.results import ResultsError
+
     try:
         v = Verdicts.of([r.get(VERDICTS) for r in rows])
     except ResultsError as exc:

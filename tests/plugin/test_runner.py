@@ -73,3 +73,48 @@ def test_errors_reach_the_waiting_test() -> None:
         assert runner.result("y") == "y"  # the worker survived the error
     finally:
         runner.close()
+
+
+def test_read_ahead_stays_within_its_window_and_a_job_taken_early_runs_once() -> None:
+    calls: list[str] = []
+
+    async def work(job: str) -> str:
+        calls.append(job)
+        return job.upper()
+
+    def settle() -> None:  # let the workers finish what they can
+        runner.call(asyncio.sleep(0.05))
+
+    runner: Runner[str, str] = Runner(work, lambda job: job, concurrency=1, ahead=4)
+    try:
+        jobs = [f"j{i}" for i in range(20)]
+        runner.prefetch(jobs)
+        settle()
+        assert calls == ["j0", "j1", "j2", "j3"]  # finished, none taken: the window is full
+        assert runner.result("j0") == "J0"
+        settle()
+        assert calls == ["j0", "j1", "j2", "j3", "j4"]  # one taken, one more read ahead
+        assert runner.result("j10") == "J10"  # out of order: run now, outside the window
+        settle()
+        assert calls == ["j0", "j1", "j2", "j3", "j4", "j10"]
+        assert [runner.result(j) for j in jobs if j not in ("j0", "j10")] == [
+            j.upper() for j in jobs if j not in ("j0", "j10")
+        ]
+        assert sorted(calls) == sorted(jobs)  # j10 was not run again when its turn came
+        assert runner.counts.in_flight == 0
+    finally:
+        runner.close()
+
+
+def test_the_default_window_grows_with_the_concurrency() -> None:
+    from pytest_vault.plugin.runner import MIN_AHEAD
+
+    async def work(job: str) -> str:
+        return job
+
+    for concurrency, window in ((16, MIN_AHEAD), (256, 2048)):
+        runner: Runner[str, str] = Runner(work, lambda job: job, concurrency=concurrency)
+        try:
+            assert runner._ahead == window
+        finally:
+            runner.close()

@@ -1,0 +1,114 @@
+"""The run's rows, held small until the end: at 87,420 tests a dict per row (34 keys)
+costs more than the rest of the row.
+
+Each row is kept as a tuple of its values in column order (the results columns, then
+the adaptive find): the values themselves are the row's own objects, most of them
+shared with the case and the spec. The end of the run reads them as mappings (the
+summary) or as one Arrow table built a column at a time (the results file, the HTML
+report, the baseline gate): never a list of the run's rows as dicts. pyarrow is
+imported only then, never by `import pytest_vault.plugin`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, overload
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+def _names() -> tuple[str, ...]:
+    from pytest_vault.harness.events import COLUMNS, FOUND
+
+    return (*COLUMNS, FOUND)
+
+
+class RowStore:
+    """One row per test (the last, if a test runs twice), keyed by node id."""
+
+    def __init__(self) -> None:
+        self._names: tuple[str, ...] | None = None
+        self._values: list[tuple[Any, ...]] = []
+        # Node id -> position of its last row. Reassigning a key keeps its place: the
+        # order of the tests' first reports, as a dict of rows by node id kept them.
+        self._at: dict[str, int] = {}
+        self._table: pa.Table | None = None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        if self._names is None:
+            self._names = _names()
+        return self._names
+
+    def add(self, key: str, row: Mapping[str, Any]) -> None:
+        self._at[key] = len(self._values)
+        self._values.append(tuple(map(row.get, self.names)))
+        self._table = None
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+    def _last(self) -> list[tuple[Any, ...]]:
+        if len(self._at) == len(self._values):
+            return self._values
+        return [self._values[i] for i in self._at.values()]
+
+    def rows(self) -> TableRows:
+        """Every test's last row, as read-only mappings (no dict per row)."""
+        return TableRows(self.names, self._last())
+
+    def results(self) -> pa.Table:
+        """The rows as a results table, made once."""
+        if self._table is None:
+            from pytest_vault.report.results import table_of
+
+            self._table = table_of(self._last(), self.names)
+        return self._table
+
+    def found(self) -> list[str]:
+        """The adaptive finds' corpus lines, one per row that found."""
+        at = len(self.names) - 1
+        return [v[at] for v in self._last() if isinstance(v[at], str)]
+
+
+class _Row(Mapping[str, Any]):
+    """One row's values, read by column name."""
+
+    __slots__ = ("_index", "_values")
+
+    def __init__(self, index: Mapping[str, int], values: tuple[Any, ...]) -> None:
+        self._index, self._values = index, values
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[self._index[key]]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._index)
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+
+class TableRows(Sequence[Mapping[str, Any]]):
+    """Rows held as tuples (values in `names` order), seen as mappings."""
+
+    def __init__(self, names: Sequence[str], values: Sequence[tuple[Any, ...]]) -> None:
+        self._index = {name: i for i, name in enumerate(names)}
+        self._values = values
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    @overload
+    def __getitem__(self, i: int) -> Mapping[str, Any]: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[Mapping[str, Any]]: ...
+    def __getitem__(self, i: int | slice) -> Mapping[str, Any] | Sequence[Mapping[str, Any]]:
+        if isinstance(i, slice):
+            return [_Row(self._index, v) for v in self._values[i]]
+        return _Row(self._index, self._values[i])
+
+    def __iter__(self) -> Iterator[Mapping[str, Any]]:
+        index = self._index
+        return (_Row(index, v) for v in self._values)
