@@ -47,6 +47,10 @@ class Script:
     detail: str = ""
     replies: deque[bytes] = field(default_factory=deque)
     requests: list[dict[str, Any]] = field(default_factory=list)
+    # Wall-clock time (time.time()) of the first request and the last answer since the
+    # last `GET /_stats`: what a benchmark needs to leave a run's start-up apart.
+    first_at: float | None = None
+    last_at: float | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def next_fault(self) -> str:
@@ -59,8 +63,25 @@ class Script:
 
     def record(self, path: str, body: dict[str, Any], headers: dict[str, str]) -> int:
         with self.lock:
+            if self.first_at is None:
+                self.first_at = time.time()
             self.requests.append({"path": path, "body": body, "headers": headers})
             return len(self.requests)
+
+    def answered(self) -> None:
+        with self.lock:
+            self.last_at = time.time()
+
+    def window(self) -> dict[str, Any]:
+        """The requests so far and the window's times; the window starts again."""
+        with self.lock:
+            out = {
+                "requests": len(self.requests),
+                "first_at": self.first_at,
+                "last_at": self.last_at,
+            }
+            self.first_at = self.last_at = None
+            return out
 
 
 def _decide(
@@ -174,6 +195,14 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(k, v)
         self.end_headers()
         self.wfile.write(data)
+        if self.command == "POST":
+            self.server.script.answered()
+
+    def do_GET(self) -> None:
+        if self.path != "/_stats":
+            self._send(404, b'{"error": "not found"}')
+            return
+        self._send(200, json.dumps(self.server.script.window()).encode())
 
     def do_POST(self) -> None:
         script = self.server.script

@@ -94,12 +94,17 @@ def _no_constant(name: str) -> Any:
 _READER = json.JSONDecoder(object_pairs_hook=unique_keys, parse_constant=_no_constant)
 
 
+# The canonical form: `json.dumps(..., sort_keys=True, separators=(",", ":"))`, built once
+# (the function would build an encoder for every request).
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+
+
 def cache_key(material: dict[str, Any]) -> str:
     """sha256 of the canonical JSON of what determines a response.
 
     ASCII JSON: exact (a lone surrogate is its `\\uXXXX` escape) and always encodable.
     """
-    text = json.dumps({"v": VERSION, **material}, sort_keys=True, separators=(",", ":"))
+    text = _CANONICAL.encode({"v": VERSION, **material})
     return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 

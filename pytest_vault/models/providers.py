@@ -148,10 +148,14 @@ def url_secrets(url: str) -> tuple[str, ...]:
     return tuple(sorted((f for f in forms if len(f) >= 3), key=len, reverse=True))
 
 
+# `json.dumps(body, separators=(",", ":"), allow_nan=False)`, its encoder built once.
+_WIRE = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+
+
 def _encode(body: dict[str, Any]) -> bytes:
     """The request body as ASCII JSON: exact, and a lone surrogate in a conversation
     travels as the `\\uXXXX` escape it arrived as (the SDKs' UTF-8 encoder would raise)."""
-    return json.dumps(body, separators=(",", ":"), allow_nan=False).encode("ascii")
+    return _WIRE.encode(body).encode("ascii")
 
 
 def _arguments_text(arguments: Any) -> str:
