@@ -12,12 +12,13 @@ decision carries the normalized `Transfer`, which is the only thing that may exe
 from __future__ import annotations
 
 import json
+import math
 import re
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from decimal import Decimal
+from time import time as _now
 from typing import Any, NamedTuple, NoReturn, cast
 
 from pytest_vault.guard.passport import (
@@ -301,19 +302,6 @@ def _minor(value: object, digits: int) -> int:
     return to_minor(_decimal(value), digits)
 
 
-def _good_text(value: object, max_len: int) -> bool:
-    """Whether `_text` accepts `value` (min length 1); `_text` words the refusals."""
-    # A printable string has no whitespace but the ASCII space, so strip() only ever
-    # removes spaces: comparing the ends is the same test, without a copy.
-    return (
-        type(value) is str
-        and 0 < len(value) <= max_len
-        and value.isprintable()
-        and value[0] != " "
-        and value[-1] != " "
-    )
-
-
 def _refuse_keys(arguments: dict[Any, Any]) -> NoReturn:
     """Raise for the first problem with the keys: one that is not a string, else the
     unknown ones."""
@@ -331,28 +319,64 @@ def read_transfer(arguments: object) -> Transfer:
     for name in arguments:
         if type(name) is not str or name not in _TRANSFER_ARGS:
             _refuse_keys(arguments)
-    # The checks run in this order, so that a call with several problems is refused
-    # for the same one whichever path reads it.
-    recipient = arguments.get("recipient", _MISSING)
+    get = arguments.get
+    recipient = get("recipient", _MISSING)
     if recipient is _MISSING:
         raise Unreadable("recipient is required")
-    amount = arguments.get("amount", _MISSING)
+    amount = get("amount", _MISSING)
     if amount is _MISSING:
         raise Unreadable("amount is required")
-    currency = arguments.get("currency", "USD")
+    currency = get("currency", "USD")
     digits = MINOR_DIGITS.get(currency) if type(currency) is str else None
     if digits is None:
         raise Unreadable(f"currency {_show(currency)} is not a known ISO 4217 code")
-    key = arguments.get("idempotency_key")
-    if key is not None and not (_good_text(key, _MAX_KEY) and len(key) >= _MIN_KEY):
+    key, memo = get("idempotency_key"), get("memo")
+    # What `_text` accepts, inline for the three texts (a call apiece costs more than
+    # the tests). A printable string has no whitespace but the ASCII space, so strip()
+    # only ever removes spaces: comparing the ends is the same test, without a copy.
+    if not (
+        type(recipient) is str
+        and 0 < len(recipient) <= _MAX_RECIPIENT
+        and recipient.isprintable()
+        and recipient[0] != " "
+        and recipient[-1] != " "
+        and (
+            key is None
+            or (
+                type(key) is str
+                and _MIN_KEY <= len(key) <= _MAX_KEY
+                and key.isprintable()
+                and key[0] != " "
+                and key[-1] != " "
+            )
+        )
+        and (
+            memo is None
+            or (
+                type(memo) is str
+                and 0 < len(memo) <= _MAX_MEMO
+                and memo.isprintable()
+                and memo[0] != " "
+                and memo[-1] != " "
+            )
+        )
+    ):
+        _refuse_text(recipient, amount, digits, memo, key)
+    return _new(Transfer, (recipient, _minor(amount, digits), currency, memo, key))
+
+
+def _refuse_text(
+    recipient: object, amount: object, digits: int, memo: object, key: object
+) -> NoReturn:
+    """Raise for the first problem, in this order, so that a call with several problems
+    is refused for the same one whichever path reads it."""
+    if key is not None:
         _text(key, "idempotency_key", max_len=_MAX_KEY, min_len=_MIN_KEY)
-    if not _good_text(recipient, _MAX_RECIPIENT):
-        _text(recipient, "recipient", max_len=_MAX_RECIPIENT)
-    minor = _minor(amount, digits)
-    memo = arguments.get("memo")
-    if memo is not None and not _good_text(memo, _MAX_MEMO):
+    _text(recipient, "recipient", max_len=_MAX_RECIPIENT)
+    _minor(amount, digits)
+    if memo is not None:
         _text(memo, "memo", max_len=_MAX_MEMO)
-    return _new(Transfer, (recipient, minor, currency, memo, key))
+    raise AssertionError("the inline tests refused texts that _text accepts")
 
 
 def _reject_constant(name: str) -> Any:
@@ -480,7 +504,7 @@ class _Plan:
         "caps",
         "countries",
         "expires_at",
-        "expires_ts",
+        "expires_by",
         "head",
         "key_required",
         "max_items",
@@ -502,7 +526,8 @@ class _Plan:
             else (Reason(PASSPORT_SUSPENDED, f"Passport status is {status}"),)
         )
         self.expires_at = None if passport.never_expires else passport.expires_at
-        self.expires_ts = None if self.expires_at is None else self.expires_at.timestamp()
+        # The expiry as a timestamp (never: infinity), so the system clock is one comparison.
+        self.expires_by = math.inf if self.expires_at is None else self.expires_at.timestamp()
         self.ungranted = (
             (Reason(UNKNOWN_CAPABILITY, f"Passport does not grant {CHARGE}"),)
             if limits is None
@@ -589,20 +614,26 @@ class Guard:
         # make than the rest of a decision's arithmetic).
         self._clock = clock
         self._plan = _Plan(passport, self.limits)
-        self._day_cache = (-1, date.min)  # (day number, its date): one tuple, so threads agree
+        # (start, end, date) of the last day seen: one tuple, so threads agree.
+        self._day_cache: tuple[float, float, date] = (0.0, 0.0, date.min)
 
     def _today(self, plan: _Plan) -> tuple[date, bool]:
         """One clock reading: the UTC day, and whether `plan`'s passport has expired."""
         if self._clock is not None:
             now = self._clock()
             return now.date(), plan.expires_at is not None and now >= plan.expires_at
-        t = time.time()
+        t = _now()
+        start, end, day = self._day_cache
+        if not start <= t < end:
+            day = self._new_day(t)
+        return day, t >= plan.expires_by
+
+    def _new_day(self, t: float) -> date:
+        """The UTC date of timestamp `t`, kept: Unix time has whole days of `_DAY` seconds."""
         number = int(t // _DAY)
-        known, day = self._day_cache
-        if number != known:
-            day = datetime.fromtimestamp(number * _DAY, UTC).date()
-            self._day_cache = (number, day)
-        return day, plan.expires_ts is not None and t >= plan.expires_ts
+        day = datetime.fromtimestamp(number * _DAY, UTC).date()
+        self._day_cache = (number * _DAY, (number + 1) * _DAY, day)
+        return day
 
     # -- tool calls -------------------------------------------------------------
     def judge_call(self, name: object, arguments: object) -> Decision:
@@ -621,7 +652,14 @@ class Guard:
             except Unreadable as exc:
                 return deny(INVALID_CONTEXT, str(exc)), None
             plan = self._plan
-            today, expired = self._today(plan)
+            if self._clock is None:  # `_today`, inline on the path every decision takes
+                t = _now()
+                start, end, today = self._day_cache
+                if not start <= t < end:
+                    today = self._new_day(t)
+                expired = t >= plan.expires_by
+            else:
+                today, expired = self._today(plan)
             items, place = plan.transfer_items, plan.transfer_place
             return self._judge(plan, transfer, items, place, transfer, today, expired), today
         except Exception as exc:  # noqa: BLE001 - fail closed on anything unexpected

@@ -142,3 +142,64 @@ def test_the_system_clock_reads_the_same_day_and_expiry_as_an_aware_datetime() -
     guard.check_call("transfer_funds", call)
     # The ledger's day is the UTC date, as `datetime.now(UTC).date()` names it.
     assert guard.ledger.daily == {(datetime.now(UTC).date(), "USD"): 1000}
+
+
+def general_transfer(arguments: dict[str, object]) -> Transfer | str:
+    """`read_transfer` after the key checks, the general way: `_text` for each text."""
+    from pytest_vault.guard.engine import MINOR_DIGITS, _text
+
+    try:
+        key, memo = arguments.get("idempotency_key"), arguments.get("memo")
+        if key is not None:
+            _text(key, "idempotency_key", max_len=128, min_len=8)
+        recipient = _text(arguments["recipient"], "recipient", max_len=254)
+        minor = to_minor(_decimal(arguments["amount"]), MINOR_DIGITS["USD"])
+        if memo is not None:
+            _text(memo, "memo", max_len=255)
+        return Transfer(recipient, minor, "USD", memo, key)  # type: ignore[arg-type]
+    except Unreadable as exc:
+        return f"refused: {exc}"
+
+
+def fast_transfer(arguments: dict[str, object]) -> Transfer | str:
+    try:
+        return read_transfer(arguments)
+    except Unreadable as exc:
+        return f"refused: {exc}"
+
+
+edge_text = st.one_of(
+    text,
+    st.sampled_from([" a", "a ", "a" * 7, "a" * 8, "a" * 128, "a" * 129, "a" * 255, "a" * 256]),
+    st.sampled_from(["a\u00a0", "\u2028x", "x\t", "ok@x.test", "APC-2026-0001"]),
+    st.integers(),
+    st.none(),
+)
+
+
+@given(edge_text, edge_text, edge_text, st.sampled_from([1, 0, 1.005, "1", 2.5]))
+def test_the_three_texts_are_read_and_refused_as_text_reads_them(
+    recipient: object, key: object, memo: object, amount: object
+) -> None:
+    arguments = {"recipient": recipient, "amount": amount, "memo": memo, "idempotency_key": key}
+    assert fast_transfer(arguments) == general_transfer(arguments)
+
+
+def test_a_call_with_every_text_wrong_is_refused_for_its_key_first() -> None:
+    arguments = {"recipient": " a", "amount": 0, "memo": "\t", "idempotency_key": "short"}
+    assert fast_transfer(arguments) == "refused: idempotency_key must be 8 to 128 characters long"
+    del arguments["idempotency_key"]
+    assert fast_transfer(arguments) == "refused: recipient has surrounding whitespace: ' a'"
+    arguments["recipient"] = "a"
+    assert fast_transfer(arguments) == "refused: amount must be positive, got 0"
+    arguments["amount"] = 1
+    assert fast_transfer(arguments) == "refused: memo has surrounding whitespace: '\\t'"
+
+
+def test_the_day_cache_turns_over_at_utc_midnight() -> None:
+    from datetime import date
+
+    guard = Guard(load_passport(SHIPPED / "level-2.json"))
+    assert guard._new_day(86_400 * 20_000 - 0.5) == date(2024, 10, 3)
+    assert guard._day_cache == (86_400 * 19_999, 86_400 * 20_000, date(2024, 10, 3))
+    assert guard._new_day(86_400 * 20_000) == date(2024, 10, 4)
