@@ -720,3 +720,27 @@ def test_a_file_from_before_the_guard_column_reads_with_the_guard_unknown(tmp_pa
     checked, _ = read_table(path)
     assert checked.schema == SCHEMA
     assert checked["guard"].null_count == checked.num_rows == 3
+
+
+def test_the_results_file_is_written_sorted_a_row_group_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_vault.report import results
+
+    monkeypatch.setattr(results, "ROW_GROUP", 3)
+    rows = [
+        row(attack_id=f"a{n}", model=model, track=track, architecture=arch)
+        for n in (3, 1, 2)
+        for model in ("m2", "m1")
+        for track in ("B", "A")
+        for arch in ("model", "guarded")
+    ]  # 24 rows, 8 groups of 3
+    random.Random(5).shuffle(rows)
+    path = tmp_path / "r.parquet"
+    write_results(rows, path, {"run": 1})
+    assert pq.ParquetFile(path).num_row_groups == 8
+    order = sorted(rows, key=lambda r: tuple(r[k] for k in results.SORT_KEY))
+    written = pq.read_table(path)
+    assert written.column("attack_id").to_pylist()[:8] == ["a1"] * 8
+    assert written.equals(results.to_table(order).replace_schema_metadata(written.schema.metadata))
+    assert json.loads(written.schema.metadata[results.META_KEY]) == {"run": 1}
