@@ -7,8 +7,9 @@ each test then waits for its own result (`result`), jumping the queue if its job
 not started yet. The control models take the same path.
 
 Read-ahead is a window: at most `ahead` jobs are queued, running or finished but not yet
-reported at once, refilled as tests take their results. At 87,420 tests, a queue entry
-and a future for every job up front was the run's largest transient memory.
+reported at once, refilled by halves as tests take their results (one wake-up of the
+loop per half window, not one per test). At 87,420 tests, a queue entry and a future for
+every job up front was the run's largest transient memory.
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ class _Entry(Generic[T, R]):
     ahead: bool = False  # queued by the read-ahead: holds a place in its window
 
 
+# What the workers' queue holds: (priority, sequence number, entry).
+_Item = tuple[int, int, _Entry[T, R]]
+
+
 @dataclass(frozen=True)
 class Counts:
     in_flight: int
@@ -68,7 +73,7 @@ class Runner(Generic[T, R]):
         self._lock = threading.Lock()
         self._seq = itertools.count()
         self._loop = asyncio.new_event_loop()
-        self._queue: asyncio.PriorityQueue[tuple[int, int, _Entry[T, R]]] | None = None
+        self._queue: asyncio.PriorityQueue[_Item[T, R]] | None = None
         self._in_flight = 0
         self._finished = 0
         ready = threading.Event()
@@ -108,8 +113,9 @@ class Runner(Generic[T, R]):
                 self._in_flight -= 1
                 self._finished += 1
 
-    def _submit(self, job: T, key: str, priority: int) -> _Entry[T, R]:
-        """Queue a job (under the lock); a waiting test's job goes to the front."""
+    def _submit(self, job: T, key: str, priority: int, queue: list[_Item[T, R]]) -> _Entry[T, R]:
+        """Enter a job (under the lock), adding what to queue to `queue`; a waiting
+        test's job goes to the front."""
         entry = self._entries.get(key)
         fresh = entry is None
         if entry is None:
@@ -117,19 +123,25 @@ class Runner(Generic[T, R]):
             self._open += entry.ahead
         # A test waiting for a job no worker has taken yet puts it at the front.
         if fresh or (priority == WAITING and not entry.claimed):
-            assert self._queue is not None
-            item = (priority, next(self._seq), entry)
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+            queue.append((priority, next(self._seq), entry))
         return entry
+
+    def _put(self, items: list[_Item[T, R]]) -> None:
+        """Queue entries, in one wake-up of the loop (thread-safe)."""
+        if items:
+            assert self._queue is not None
+            self._loop.call_soon_threadsafe(_put_all, self._queue, items)
 
     def _refill(self) -> None:
         """Queue read-ahead jobs until the window is full (under the lock)."""
+        items: list[_Item[T, R]] = []
         while self._open < self._ahead and self._pending:
             job = self._pending.popleft()
             key = self._key(job)
             if key in self._later:  # else a test already took it
                 self._later.discard(key)
-                self._submit(job, key, AHEAD)
+                self._submit(job, key, AHEAD, items)
+        self._put(items)
 
     def prefetch(self, jobs: Iterable[T]) -> None:
         """Run these jobs ahead, in this order, as the window allows."""
@@ -146,7 +158,9 @@ class Runner(Generic[T, R]):
         key = self._key(job)
         with self._lock:
             self._later.discard(key)
-            future = self._submit(job, key, WAITING).future
+            items: list[_Item[T, R]] = []
+            future = self._submit(job, key, WAITING, items).future
+            self._put(items)
         try:
             return future.result()
         finally:
@@ -156,7 +170,8 @@ class Runner(Generic[T, R]):
                 entry = self._entries.pop(key, None)
                 if entry is not None and entry.ahead:
                     self._open -= 1
-                    self._refill()
+                    if self._open <= self._ahead // 2:
+                        self._refill()
 
     @property
     def counts(self) -> Counts:
@@ -186,6 +201,11 @@ class Runner(Generic[T, R]):
             self._loop.close()
             for entry in self._entries.values():
                 entry.future.cancel()
+
+
+def _put_all(queue: asyncio.PriorityQueue[_Item[T, R]], items: list[_Item[T, R]]) -> None:
+    for item in items:
+        queue.put_nowait(item)
 
 
 async def _wrap(coro: Awaitable[Any]) -> Any:
