@@ -439,7 +439,10 @@ def test_a_team_guard_that_fails_denies_and_is_logged(
     assert (r["paid"], r["allowed_calls"], r["denied_calls"]) == (False, 0, 1)
     assert r["deny_codes"] == ["guard.error"]
     message = f"the guard under test (g) {what}; denied"
-    assert [rec.getMessage() for rec in caplog.records] == [
+    # Only the guard's logger: an SDK client that another test left to the garbage
+    # collector may log its own closing (asyncio's "Task exception was never retrieved").
+    logged = [r.getMessage() for r in caplog.records if r.name == "pytest_vault.guard_under_test"]
+    assert logged == [
         f"{message} (tool transfer_funds)",
         f"{message} (tool get_balance)",
     ]
