@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -25,8 +26,9 @@ from pathlib import Path
 from bench_suite import COMMON, PER_CASE, bare, corpus
 
 
-def run(args: list[str], cwd: Path) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MB) of one pytest process."""
+def run(args: list[str], cwd: Path, tests: int) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MB) of one pytest process, which must have collected
+    (or run) exactly `tests` tests: a run that failed early would measure nothing."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(
         [sys.executable, "-m", "pytest", *COMMON, *args],
@@ -41,11 +43,16 @@ def run(args: list[str], cwd: Path) -> tuple[float, float]:
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode not in (0, 1):  # 1: tests failed (a control that pays)
         sys.exit(f"pytest {' '.join(args)} failed:\n{out.decode(errors='replace')[-2000:]}")
+    counts = re.findall(rb"(\d+) (?:passed|failed|tests? collected)", out.splitlines()[-1])
+    if sum(map(int, counts)) != tests:
+        sys.exit(
+            f"pytest {' '.join(args)}: not {tests:,} tests:\n{out.decode(errors='replace')[-2000:]}"
+        )
     return wall, usage.ru_maxrss / 1024  # KiB on Linux
 
 
-def best(args: list[str], cwd: Path, repeats: int) -> tuple[float, float]:
-    runs = [run(args, cwd) for _ in range(repeats)]
+def best(args: list[str], cwd: Path, tests: int, repeats: int) -> tuple[float, float]:
+    runs = [run(args, cwd, tests) for _ in range(repeats)]
     return min(w for w, _ in runs), min(m for _, m in runs)
 
 
@@ -64,7 +71,7 @@ def main() -> None:
         results = str(folder / "results.parquet")
         print(f"tests per run: {tests:,} ({args.attacks:,} cases x 5 controls x 2 x 2)")
         collect = {
-            name: best([*a, "--collect-only"], folder, args.repeats)[0]
+            name: best([*a, "--collect-only"], folder, tests, args.repeats)[0]
             for name, a in (("bare", plain), ("vault", vault))
         }
         print(
@@ -74,7 +81,7 @@ def main() -> None:
         if args.collect_only:
             return
         peak = {
-            name: best(a, folder, args.repeats)
+            name: best(a, folder, tests, args.repeats)
             for name, a in (
                 ("bare", plain),
                 ("vault", vault),
