@@ -784,13 +784,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             "sample": vault.sample,
         }
         return
-    # One table of the rows, made a column at a time, serves every writer: no list of
-    # the run's rows as dicts.
+    # The results file is written from the rows a row group at a time; one table of
+    # them, made a column at a time, serves the other writers. Never a list of the
+    # run's rows as dicts.
     store = vault.store
     if vault.options.results is not None and store:
-        from pytest_vault.report.results import write_results
-
-        write_results(store.results(), vault.options.results, vault.metadata())
+        store.write_results(vault.options.results, vault.metadata())
     if vault.options.export_found is not None:
         _export_found(store.found() if store else [], vault.options.export_found)
     if vault.options.report is not None and store:

@@ -3,15 +3,17 @@ costs more than the rest of the row.
 
 Each row is kept as a tuple of its values in column order (the results columns, then
 the adaptive find): the values themselves are the row's own objects, most of them
-shared with the case and the spec. The end of the run reads them as mappings (the
-summary) or as one Arrow table built a column at a time (the results file, the HTML
-report, the baseline gate): never a list of the run's rows as dicts. pyarrow is
-imported only then, never by `import pytest_vault.plugin`.
+shared with the case and the spec. The end of the
+run reads them as mappings (the summary), as the results file written a row group at a
+time, or as one Arrow table built a column at a time (the HTML report, the baseline
+gate): never a list of the run's rows as dicts. pyarrow is imported only then, never
+by `import pytest_vault.plugin`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
 if TYPE_CHECKING:
@@ -65,6 +67,13 @@ class RowStore:
 
             self._table = table_of(self._last(), self.names)
         return self._table
+
+    def write_results(self, path: Path, metadata: Mapping[str, Any]) -> None:
+        """The results file, made from the rows a row group at a time: never the whole
+        table, which at 87,420 rows was most of what the file cost in memory."""
+        from pytest_vault.report.results import write_rows
+
+        write_rows(self._last(), self.names, path, metadata)
 
     def found(self) -> list[str]:
         """The adaptive finds' corpus lines, one per row that found."""

@@ -744,3 +744,39 @@ def test_the_results_file_is_written_sorted_a_row_group_at_a_time(
     assert written.column("attack_id").to_pylist()[:8] == ["a1"] * 8
     assert written.equals(results.to_table(order).replace_schema_metadata(written.schema.metadata))
     assert json.loads(written.schema.metadata[results.META_KEY]) == {"run": 1}
+
+
+def test_rows_held_as_values_are_written_as_their_table_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`write_rows` sorts in Python and makes one row group at a time; the file is the
+    one `write_table` writes from the whole table, byte for byte, whatever the keys
+    hold: text past the BMP, a lone surrogate, and a null (Arrow puts it last)."""
+    from pytest_vault.report import results
+
+    monkeypatch.setattr(results, "ROW_GROUP", 4)
+    # "a\ud800" is stored as "a\\ud800", before "a]"; raw, it would sort after it.
+    ids = ["b", "a", "é", "z", "\U0001f600", "a\ud800", "a]", "\uffff", "A", "a "]
+    rows = [
+        row(attack_id=attack, model=model, track=track)
+        for attack in ids
+        for model in ("m1", None, "m0")
+        for track in ("B", "A")
+    ]  # 60 rows: 15 groups
+    random.Random(7).shuffle(rows)
+    names = SCHEMA.names
+    values = [tuple(r.get(n) for n in names) for r in rows]
+    ours, theirs = tmp_path / "rows.parquet", tmp_path / "table.parquet"
+    results.write_rows(values, names, ours, {"run": "\ud800"})
+    results.write_table(results.to_table(rows), theirs, {"run": "\ud800"})
+    assert ours.read_bytes() == theirs.read_bytes()
+    assert pq.ParquetFile(ours).num_row_groups == 15
+    written = pq.read_table(ours)
+    assert written.column("attack_id").to_pylist()[:6] == ["A"] * 6
+    assert written.column("model").to_pylist()[:6] == ["m0", "m0", "m1", "m1", None, None]
+    assert written.column("attack_id").to_pylist()[-6:] == ["\U0001f600"] * 6
+    assert written.column("attack_id").to_pylist()[18:30] == ["a\\ud800"] * 6 + ["a]"] * 6
+    # No row: a file with the schema and no row group, as from an empty table.
+    results.write_rows([], names, ours, {})
+    results.write_table(results.to_table([]), theirs, {})
+    assert ours.read_bytes() == theirs.read_bytes()
