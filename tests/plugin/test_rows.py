@@ -87,6 +87,39 @@ def test_store_rows_read_as_mappings() -> None:
     assert store.results().equals(to_table(rows))
 
 
+def test_store_keeps_one_copy_of_equal_texts_and_every_value_as_it_was() -> None:
+    """Equal texts from different rows are one object; nothing else is merged: not
+    0, 0.0, -0.0 and False (equal as dict keys), nor lists."""
+    store = RowStore()
+    calls = ['[{"recipient": "a@x.test", "amount": ', "100}]"]
+    for n, (number, codes) in enumerate([(0, ["x"]), (0.0, ["x"]), (-0.0, []), (False, [])]):
+        store.add(
+            f"node{n}",
+            row(
+                attack_id=f"a{n}",
+                tool_calls="".join(calls),  # a new, equal text each time
+                error="".join(["bad \udcff", " 1"]),
+                cost_usd=number,
+                deny_codes=codes,
+            ),
+        )
+    views = list(store.rows())
+    assert len({id(v["tool_calls"]) for v in views}) == 1
+    assert len({id(v["error"]) for v in views}) == 1
+    assert views[0]["tool_calls"] == '[{"recipient": "a@x.test", "amount": 100}]'
+    assert views[0]["error"] == "bad \udcff 1"
+    assert [v["attack_id"] for v in views] == ["a0", "a1", "a2", "a3"]
+    numbers = [v["cost_usd"] for v in views]
+    assert [(type(x), str(x)) for x in numbers] == [
+        (int, "0"),
+        (float, "0.0"),
+        (float, "-0.0"),
+        (bool, "False"),
+    ]
+    assert [v["deny_codes"] for v in views] == [["x"], ["x"], [], []]
+    assert views[0]["deny_codes"] is not views[1]["deny_codes"]
+
+
 def test_store_with_no_row() -> None:
     store = RowStore()
     assert not store and store.results().num_rows == 0 and store.found() == []
