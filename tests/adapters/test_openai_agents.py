@@ -8,7 +8,7 @@ import itertools
 import json
 import socket
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -133,13 +133,24 @@ def evaluation(
     track: Track = "A",
     *,
     max_steps: int = 8,
+    close: Callable[[], Awaitable[None]] | None = None,
 ) -> Evaluation:
+    """One evaluation on its own loop; `close` (a client's) runs on that loop after it,
+    where the client's connections live. Left to the garbage collector, a client closes
+    itself on whatever loop runs then, and a later test logs the failure."""
     spec = "agent:openai_agents_agent:make"
     loader = Loader.of(spec, factory)
-    ev = evaluate_agent(
-        c, LEVELS[c.level], spec, loader, track, arch, pool=pool, max_steps=max_steps
-    )
-    return asyncio.run(ev)
+
+    async def evaluated() -> Evaluation:
+        try:
+            return await evaluate_agent(
+                c, LEVELS[c.level], spec, loader, track, arch, pool=pool, max_steps=max_steps
+            )
+        finally:
+            if close is not None:
+                await close()
+
+    return asyncio.run(evaluated())
 
 
 def run(c: Case, factory: Callable[[AgentContext], Any], *args: Any, **kw: Any) -> dict[str, Any]:
@@ -392,7 +403,7 @@ def test_a_chat_completions_round_trip_hands_the_servers_raw_arguments_to_the_ba
     def make(ctx: AgentContext) -> example.PaymentsAgent:
         return example.PaymentsAgent(ctx, OpenAIChatCompletionsModel("m", openai_client=client))
 
-    r = run(case(2, "first", "second"), make, pool, track="B")
+    r = run(case(2, "first", "second"), make, pool, track="B", close=client.close)
     assert r["status"] == "completed", r["error"]
     assert [c["arguments"] for c in calls_of(r)] == sent
     assert [(c["executed"], c["decision"]["codes"]) for c in calls_of(r)] == [
