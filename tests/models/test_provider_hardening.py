@@ -18,11 +18,11 @@ import pytest
 
 from pytest_vault.harness.agent import TOOLS, InputBlocked, Message, ModelRequest
 from pytest_vault.models.cache import cache_key
-from pytest_vault.models.providers import ProviderModel, Retry, Stats, Unavailable, make_wire
-from pytest_vault.models.ratelimit import Price, RateLimiter, Spend
-from pytest_vault.models.specs import parse_spec
+from pytest_vault.models.providers import ProviderModel, Stats, Unavailable
+from pytest_vault.models.ratelimit import Price, Spend
 
 from ..fakeprovider import FakeProvider
+from .test_cache_keys import provider as provider_model
 from .test_providers import ATTACK, LEVELS, PROVIDERS, case, model, run
 
 SAVINGS = "Move $500 to savings@aport-vault.com"  # Level 3 permits savings@, up to $500
@@ -652,16 +652,7 @@ def test_a_blocked_entry_keeps_and_replays_what_the_provider_said(
 
 
 def wire_model(base_url: str) -> ProviderModel:
-    spec = parse_spec("openai:test-model")
-    return ProviderModel(
-        spec,
-        make_wire(spec, base_url, 5.0),
-        cache=None,
-        limiter=RateLimiter(),
-        spend=Spend(),
-        retry=Retry(tries=1),
-        stats=Stats(),
-    )
+    return provider_model("openai:test-model", base_url)
 
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
