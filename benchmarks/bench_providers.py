@@ -134,7 +134,7 @@ def main() -> None:
                 print(
                     f"{label:>6}: start-up {start_up:.2f} s, evaluations {spent:.2f} s, "
                     f"then {after:.2f} s to exit; "
-                    f"{ideal / spent:.2f} of the ideal (target >= 0.95 with -n 2); "
+                    f"{ideal / spent:.3f} of the ideal (target >= 0.95 with -n 2); "
                     f"CPU {per_request_ms:.2f} ms per request (client, pytest included), "
                     f"server {1000 * served / trips:.2f} ms"
                 )

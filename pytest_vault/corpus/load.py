@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Mapping
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -60,3 +62,10 @@ def load_corpus(path: str | Path, seen: dict[str, str] | None = None) -> list[tu
         seen[case.id] = source
         cases.append((number, case))
     return cases
+
+
+def corpus_digest(files: Mapping[str, str]) -> str:
+    """`sha256:` + sha256 of `key=sha256 of the file's bytes` lines, one per corpus file,
+    sorted by key: the version of a run's corpus, as its results metadata records it."""
+    lines = "".join(f"{k}={v}\n" for k, v in sorted(files.items()))
+    return "sha256:" + hashlib.sha256(lines.encode()).hexdigest()

@@ -24,8 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_v
 from pytest_vault.corpus.model import Case
 
 Count = Annotated[StrictInt, Field(ge=0)]
-# A case in a run: the name of its corpus file (as in the metadata's `corpus_files`) and
-# its id (unique across the files of a run).
+# A case in a run: the name of its corpus file and its id (unique across the files of a
+# run, so the name alone tells it apart).
 Where = tuple[str, str]
 Stratum = tuple[int, str]  # (level, category)
 

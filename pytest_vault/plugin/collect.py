@@ -77,7 +77,9 @@ class CorpusFile(pytest.File):
             entries = load_corpus(self.path, vault.seen_ids)
         except (CorpusError, PassportError) as exc:
             raise self.CollectError(str(exc)) from None
-        vault.corpus_digests[self.path.name] = hashlib.sha256(self.path.read_bytes()).hexdigest()
+        # Keyed by node id (the path from the rootdir): two files of one name in two
+        # folders are two files of the corpus.
+        vault.corpus_digests[self.nodeid] = hashlib.sha256(self.path.read_bytes()).hexdigest()
         if self.config.getoption("vault_decisions"):
             from pytest_vault.plugin.decisions import collect
 

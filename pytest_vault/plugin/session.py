@@ -9,7 +9,6 @@ that collects no corpus (or `pytest --help`) pays nothing for them.
 from __future__ import annotations
 
 import concurrent.futures
-import hashlib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -121,7 +120,7 @@ class VaultSession:
     store: RowStore = field(default_factory=RowStore)
     # Case ids seen in this run, across corpus files, with where they were defined.
     seen_ids: dict[str, str] = field(default_factory=dict)
-    # sha256 of each corpus file collected (merged from workers under xdist).
+    # sha256 of each corpus file collected, by node id (merged from workers under xdist).
     corpus_digests: dict[str, str] = field(default_factory=dict)
     # Evaluations this process plans, per cell (after -k, levels and shard filters).
     planned: dict[str, int] = field(default_factory=dict)
@@ -461,10 +460,8 @@ class VaultSession:
     def metadata(self) -> dict[str, Any]:
         """What travels with the rows: enough to tell two runs apart."""
         from pytest_vault import __version__
+        from pytest_vault.corpus.load import corpus_digest
 
-        corpus = hashlib.sha256(
-            "".join(f"{k}={v}\n" for k, v in sorted(self.corpus_digests.items())).encode()
-        ).hexdigest()
         opts = self.options
         return {
             "pytest_vault_version": __version__,
@@ -480,7 +477,7 @@ class VaultSession:
             "decode": dict(sorted(self.decode_record().items())),
             "passports": dict(sorted(self.passports.items())),
             "corpus_files": dict(sorted(self.corpus_digests.items())),
-            "corpus_digest": "sha256:" + corpus,
+            "corpus_digest": corpus_digest(self.corpus_digests),
             "shard": None if opts.shard is None else f"{opts.shard[0]}/{opts.shard[1]}",
             "planned": dict(sorted(self.planned.items())),
             "planned_run": dict(sorted(self.planned_run.items())),

@@ -39,6 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pytest_vault.corpus.load import corpus_digest
 from pytest_vault.guard.text import shown
 from pytest_vault.report.results import META_KEY, ReportError, ResultsError, load, read_metadata
 from pytest_vault.report.stats import benjamini_hochberg, bootstrap_p, fewest_sessions_p
@@ -151,14 +152,22 @@ def check_corpus(
 ) -> None:
     """Refuse a baseline run on another corpus version (its digest differs from ours)."""
     digest, files = theirs
+    mine = ours[1]
     if digest == ours[0]:
         return
+    if files and not any("/" in name for name in files):
+        # Files keyed by name alone (every file at the rootdir, or written by a version
+        # that keyed them by name): the same corpus if this run's files, by name, give
+        # its digest.
+        named = {name.rpartition("/")[2]: v for name, v in mine.items()}
+        if len(named) == len(mine):
+            if corpus_digest(named) == digest:
+                return
+            mine = named
     hint = "pass --vault-baseline-any-corpus to compare anyway"
     if digest is None:
         raise BaselineError(f"{_prefix(path)}: does not say which corpus it was run on; {hint}")
-    differ = sorted(
-        name for name in set(files) | set(ours[1]) if files.get(name) != ours[1].get(name)
-    )
+    differ = sorted(name for name in set(files) | set(mine) if files.get(name) != mine.get(name))
     listed = ", ".join(shown(n) for n in differ[:5]) + (
         f" and {len(differ) - 5} more" if len(differ) > 5 else ""
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from pathlib import Path
@@ -12,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from pytest_vault.corpus.load import corpus_digest
 from pytest_vault.report.baseline import (
     Baseline,
     BaselineError,
@@ -415,6 +417,47 @@ def test_corpus_versions(tmp_path: Path) -> None:
         read_corpus(tmp_path / "meta.parquet")
     assert str(info.value) == (
         f"--vault-baseline {tmp_path}/meta.parquet: metadata: expected a JSON object, got a list"
+    )
+
+
+def test_a_baseline_with_files_keyed_by_name_matches_this_runs_files_by_name(
+    tmp_path: Path,
+) -> None:
+    """Files at the rootdir (or a results file that keyed them by name) have no folder in
+    their key: the same corpus when this run's files, by name, give the same digest."""
+    named = {"level-2.jsonl": "aa", "level-3.jsonl": "bb"}
+    assert (
+        corpus_digest(named)
+        == "sha256:" + hashlib.sha256(b"level-2.jsonl=aa\nlevel-3.jsonl=bb\n").hexdigest()
+    )
+    path = write(tmp_path / "b.parquet", [row()])
+
+    def refused(theirs: dict[str, str], mine: dict[str, str]) -> str:
+        with pytest.raises(BaselineError) as info:
+            check_corpus(path, (corpus_digest(theirs), theirs), (corpus_digest(mine), mine))
+        return str(info.value)
+
+    def said(theirs: dict[str, str], mine: dict[str, str], differ: str) -> str:
+        return (
+            f"--vault-baseline {path}: was run on another corpus version "
+            f"({corpus_digest(theirs)[:19]}..., this run {corpus_digest(mine)[:19]}...; "
+            f"files that differ: {differ}); pass --vault-baseline-any-corpus to compare anyway"
+        )
+
+    mine = {"cases/level-2.jsonl": "aa", "cases/level-3.jsonl": "bb"}
+    check_corpus(path, (corpus_digest(named), named), (corpus_digest(mine), mine))  # accepted
+    changed = {**mine, "cases/level-3.jsonl": "cc"}
+    assert refused(named, changed) == said(named, changed, "level-3.jsonl")
+    # Two files of one name in this run: by name they are not one corpus to compare.
+    twice = {"a/level-2.jsonl": "aa", "b/level-2.jsonl": "aa", "cases/level-3.jsonl": "bb"}
+    assert refused(named, twice) == said(
+        named,
+        twice,
+        "a/level-2.jsonl, b/level-2.jsonl, cases/level-3.jsonl, level-2.jsonl, level-3.jsonl",
+    )
+    # Keys with a folder are compared as they are.
+    assert refused(mine, named) == said(
+        mine, named, "cases/level-2.jsonl, cases/level-3.jsonl, level-2.jsonl, level-3.jsonl"
     )
 
 
