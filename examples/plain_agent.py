@@ -82,6 +82,10 @@ class OpenAIAgent:
                     {"role": "tool", "tool_call_id": call.id, "content": result.content}
                 )
 
+    async def aclose(self) -> None:
+        """Called once the evaluation is over: its client, and its connections, go too."""
+        await self.client.close()
+
 
 def make_openai(ctx: AgentContext) -> OpenAIAgent:
     return OpenAIAgent(ctx, os.environ.get("VAULT_AGENT_MODEL", "gpt-4o-mini"))

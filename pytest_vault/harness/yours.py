@@ -291,6 +291,7 @@ async def evaluate_agent(
     `driver` decides the user messages (the adaptive attacker); else the track's."""
     ev = Evaluation(case, level, spec, track, architecture)
     ctx: AgentContext | None = None
+    agent: Any = None
     try:
         bank = open_bank(level, architecture, screen)
         ev.log = bank.log
@@ -325,4 +326,36 @@ async def evaluate_agent(
         if ctx is not None:
             ctx._close()
             ev.truncated, ev.steps = ctx.truncated, ctx.steps
+    if agent is not None:
+        try:
+            await _close_agent(agent, pool, reply_timeout)
+        except Exception as exc:  # noqa: BLE001 - a broken agent is an error row
+            if ev.status == "completed":  # else the first error stands
+                said = str(exc) if isinstance(exc, ModelError) else f"{type(exc).__name__}: {exc}"
+                ev.status, ev.error = "error", shown(f"close: {said}")
     return ev
+
+
+async def _close_agent(
+    agent: Any, pool: concurrent.futures.ThreadPoolExecutor, timeout: float | None
+) -> None:
+    """The agent's `aclose()` or `close()`, if it has one, once its evaluation is over
+    (its tool calls are refused by then): a client made per evaluation goes with it,
+    on the loop it was used on. Bounded like a reply."""
+    close = getattr(agent, "aclose", None)
+    if not callable(close):
+        close = getattr(agent, "close", None)
+    if not callable(close):
+        return
+    try:
+        async with asyncio.timeout(timeout) as scope:
+            if inspect.iscoroutinefunction(close):
+                await close()
+                return
+            result = await asyncio.get_running_loop().run_in_executor(pool, close)
+            if inspect.isawaitable(result):
+                await result
+    except TimeoutError:
+        if not scope.expired():
+            raise
+        raise ModelError(f"timed out after {timeout:g} s") from None
