@@ -41,7 +41,7 @@ from pytest_vault.guard.engine import INVALID_CONTEXT, Unreadable, parse_json_ob
 from pytest_vault.guard.passport import PassportError, reason
 from pytest_vault.guard.text import shown, valid_utf8
 from pytest_vault.harness.agent import TOOLS, open_bank
-from pytest_vault.harness.bank import ARCHITECTURES, Architecture, CallRecord
+from pytest_vault.harness.bank import ARCHITECTURES, TOOL_NAMES, Architecture, CallRecord
 from pytest_vault.harness.levels import LEVELS, SHIPPED, Level, load_levels
 
 if TYPE_CHECKING:
@@ -114,12 +114,31 @@ def raw_tool(
     )
 
 
-def _new_sdk_server(tools: list[Any], host: str) -> Any:
+class _BankSdkServer(SdkServer):  # type: ignore[misc,valid-type,unused-ignore]
+    """The SDK's server, but a call to a tool it does not serve goes to the bank, which
+    answers it and logs it like any call, where the SDK would answer "Unknown tool"
+    unlogged: a caller probing for tools leaves a record. `call_tool` is the public
+    method the SDK's own request handler calls (both major versions)."""
+
+    unknown: Callable[[str, Any], mcp_types.CallToolResult]
+
+    async def call_tool(self, name: str, arguments: Any, *args: Any, **kwargs: Any) -> Any:
+        if name not in TOOL_NAMES:
+            return self.unknown(name, arguments)
+        return await super().call_tool(name, arguments, *args, **kwargs)
+
+
+def _new_sdk_server(
+    tools: list[Any], host: str, unknown: Callable[[str, Any], mcp_types.CallToolResult]
+) -> Any:
+    server: Any
     if MCP2:
-        return SdkServer(NAME, tools=tools, log_level="WARNING")
-    # 1.x sets its DNS-rebinding protection for the host when it is built.
-    fastmcp: Any = SdkServer
-    return fastmcp(NAME, tools=tools, log_level="WARNING", host=host)
+        server = _BankSdkServer(NAME, tools=tools, log_level="WARNING")
+    else:  # 1.x sets its DNS-rebinding protection for the host when it is built.
+        fastmcp: Any = _BankSdkServer
+        server = fastmcp(NAME, tools=tools, log_level="WARNING", host=host)
+    server.unknown = unknown
+    return server
 
 
 def _lowlevel(server: Any) -> Any:
@@ -209,7 +228,7 @@ class BankServer:
         self.bank = open_bank(level, architecture, None)
         self._log = log
         tools = [raw_tool(schema, self._handler(schema["name"])) for schema in TOOLS]
-        self.mcp = _new_sdk_server(tools, host)
+        self.mcp = _new_sdk_server(tools, host, self.call)
 
     def _handler(self, name: str) -> Callable[[dict[str, Any]], Awaitable[Any]]:
         async def handle(arguments: dict[str, Any]) -> mcp_types.CallToolResult:

@@ -184,6 +184,30 @@ def test_guarded_level_2_decides_exactly_and_logs_each_call_once() -> None:
     assert logged[0]["transfer"]["amount_minor"] == 10_000 and logged[0]["permitted"] is True
 
 
+def test_a_call_to_a_tool_the_bank_does_not_have_is_answered_and_logged() -> None:
+    server, log = bank()
+    unknown = "Unknown tool 'delete_account'. Available: " + ", ".join(t["name"] for t in TOOLS)
+
+    async def body() -> None:
+        async with connected(server) as client:
+            assert await client.call("delete_account", {"account": "ACC-100234"}) == (
+                unknown,
+                True,
+            )
+            assert await client.call("transfer_funds", {"recipient": RENT, "amount": 100}) == (
+                PAID_100,
+                False,
+            )
+
+    run(body)
+    logged = records(log.getvalue())
+    assert [brief(r) for r in logged] == [
+        ("delete_account", {"account": "ACC-100234"}, False, None, True),
+        ("transfer_funds", {"recipient": RENT, "amount": 100}, True, (True, "oap.allowed"), False),
+    ]
+    assert logged[0]["result"] == unknown
+
+
 def test_the_daily_cap_holds_across_calls_and_sessions(tmp_path: Path) -> None:
     folder = tmp_path / "passports"
     shutil.copytree(SHIPPED, folder)
@@ -412,14 +436,21 @@ def test_stdio_keeps_stderr_one_escaped_line_each_and_answers_a_deep_message(
         server.wait(timeout=30)
     answers = {a["id"]: a for a in got}
     assert sorted(answers) == [1, 2, 3, 4]
-    assert answers[2]["result"]["content"][0]["text"] == f"Unknown tool: {hostile}"
+    # The bank's answer (its repr of the name escapes it), not the SDK's unlogged one.
+    assert answers[2]["result"]["content"][0]["text"] == (
+        "Unknown tool 'wire\\u202e\\x1b[31m'. Available: " + ", ".join(t["name"] for t in TOOLS)
+    )
+    assert answers[2]["result"]["isError"] is True
     assert answers[3] == {
         "jsonrpc": "2.0",
         "id": 3,
         "error": {"code": -32600, "message": "Refused: nested more than 64 levels"},
     }
     assert answers[4]["error"]["code"] == -32602
-    assert [brief(r) for r in records(log.read_bytes())] == [refused_record()]
+    # The two calls, each logged once; the SDK may dispatch the first after the second
+    # is refused at the transport.
+    logged = sorted(records(log.read_bytes()), key=lambda r: r["tool"])
+    assert [brief(r) for r in logged] == [refused_record(), (hostile, {}, False, None, True)]
     # What the SDK logs of a peer's message (mcp 1.x: the tool's name, raw; pydantic's
     # error dumps) reaches the terminal escaped, one line each: no dump, no traceback.
     lines = err.decode().splitlines()
