@@ -662,12 +662,12 @@ def test_a_sync_guard_runs_off_the_event_loop_and_an_async_one_on_it(
 
 
 class Closes(Calls):
-    """Pays, then records its close: on which thread, on which loop, and whether a tool
-    call still went through by then."""
+    """Pays, then records its close (where it ran, on a pool thread or not, and why a
+    tool call made from it was refused), and raises from it if asked to."""
 
     def __init__(self, ctx: AgentContext, how: str, fails: bool = False) -> None:
         super().__init__(ctx, [pay()])
-        self.how, self.fails = how, fails
+        self.fails = fails
         self.closed: list[tuple[str, bool, str]] = []
         if how == "aclose":
             self.aclose = self._aclose
@@ -676,12 +676,7 @@ class Closes(Calls):
         elif how == "hangs":
             self.aclose = self._hangs
 
-    def _record(self, where: str) -> None:
-        try:
-            self.ctx.call_tool_sync(*pay())
-            refused = ""
-        except RuntimeError as exc:
-            refused = str(exc)
+    def _done(self, where: str, refused: str) -> None:
         self.closed.append((where, threading.current_thread().name.startswith("agent"), refused))
         if self.fails:
             raise OSError("connection reset")
@@ -689,15 +684,18 @@ class Closes(Calls):
     async def _aclose(self) -> None:
         try:
             await self.ctx.call_tool(*pay())
-            refused = ""
         except RuntimeError as exc:
-            refused = str(exc)
-        self.closed.append(("loop", False, refused))
-        if self.fails:
-            raise OSError("connection reset")
+            self._done("loop", str(exc))
+            return
+        self._done("loop", "")
 
     def _close(self) -> None:
-        self._record("pool")
+        try:
+            self.ctx.call_tool_sync(*pay())
+        except RuntimeError as exc:
+            self._done("pool", str(exc))
+            return
+        self._done("pool", "")
 
     async def _hangs(self) -> None:
         await asyncio.sleep(30)

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
 from pathlib import Path
 
 import pytest
+
+from pytest_vault.corpus.load import corpus_digest
+from pytest_vault.report.results import read_results
 
 pytest_plugins = ["pytester"]
 
@@ -252,11 +257,6 @@ def test_two_corpus_files_of_one_name_are_both_in_the_corpus_version(
 ) -> None:
     """Files are keyed by their path from the rootdir: a change to either of two
     `attacks.jsonl` in two folders is another corpus version."""
-    import hashlib
-    import json
-
-    from pytest_vault.corpus.load import corpus_digest
-    from pytest_vault.report.results import read_results
 
     def write(folder: str, amount: int) -> None:
         fields = {"id": f"{folder}1", "session": folder, "level": 2, "category": "direct_transfer"}
