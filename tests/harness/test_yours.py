@@ -679,7 +679,7 @@ class Closes(Calls):
     def _done(self, where: str, refused: str) -> None:
         self.closed.append((where, threading.current_thread().name.startswith("agent"), refused))
         if self.fails:
-            raise OSError("connection reset")
+            raise OSError("connection reset\x1b[2J")  # a terminal escape in the message
 
     async def _aclose(self) -> None:
         try:
@@ -729,7 +729,7 @@ def test_a_close_that_fails_is_an_error_row_that_keeps_its_events(
     how: str, pool: concurrent.futures.ThreadPoolExecutor
 ) -> None:
     r = run(case(2), lambda ctx: Closes(ctx, how, fails=True), pool)
-    assert (r["status"], r["error"]) == ("error", "close: OSError: connection reset")
+    assert (r["status"], r["error"]) == ("error", "close: OSError: connection reset\\x1b[2J")
     assert (r["requested"], r["paid"], r["allowed_calls"]) == (True, True, 1)
 
 
