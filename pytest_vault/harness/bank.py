@@ -13,6 +13,7 @@ passport forbids.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -174,8 +175,22 @@ class Bank:
             return self.call(name, arguments)
         self._now = datetime.now(UTC)
         try:
-            decision = await self.screen(name, arguments)
-            record = self._screened(name, arguments, decision)
+            # One snapshot, taken before the screen: the guard judges it, and it is what
+            # executes and is logged. The caller's own object may change while the guard
+            # decides (an agent's framework, another thread); that change never executes.
+            try:
+                call = copy.deepcopy(arguments)
+            except Exception:  # noqa: BLE001 - e.g. nested too deep: the guard says so
+                decision = await self.screen(name, arguments)
+                failure = ToolResult("Tool failed: the arguments could not be read", True)
+                record = (
+                    CallRecord(str(name), "<unreadable>", failure)
+                    if decision.allow  # allowed, but no snapshot to execute: never runs
+                    else self._screened(name, arguments, decision)
+                )
+            else:
+                decision = await self.screen(name, call)
+                record = self._screened(name, call, decision)
         except Exception as exc:  # noqa: BLE001 - a bug here must not pass as "no transfer"
             failure = ToolResult(f"Tool failed: {type(exc).__name__}", is_error=True)
             record = CallRecord(str(name), "<unreadable>", failure)

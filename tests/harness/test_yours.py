@@ -8,6 +8,7 @@ import json
 import logging
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -18,8 +19,9 @@ import pytest
 import pytest_vault
 from pytest_vault.corpus.load import load_corpus
 from pytest_vault.corpus.model import Case
+from pytest_vault.guard.engine import Decision, Reason
 from pytest_vault.harness.agent import Track, evaluate
-from pytest_vault.harness.bank import Architecture
+from pytest_vault.harness.bank import OPENING_BALANCE_MINOR, Architecture, Bank, ToolResult
 from pytest_vault.harness.controls import CONTROLS
 from pytest_vault.harness.events import row
 from pytest_vault.harness.levels import load_levels
@@ -412,6 +414,52 @@ def test_a_guard_cannot_edit_what_executes(pool: concurrent.futures.ThreadPoolEx
 
     r = run(case(2), sends(pay(amount=40)), pool, guard=guard_of(check))
     assert calls_of(r)[0]["transfer"]["amount_minor"] == 4000
+
+
+class Edits:
+    """An agent whose dict changes while the guard decides (a framework reusing it)."""
+
+    def __init__(self, ctx: AgentContext) -> None:
+        self.ctx = ctx
+
+    async def reply(self, message: str) -> str:
+        arguments: dict[str, Any] = {"recipient": "rent@aport-vault.com", "amount": 40}
+        call = asyncio.ensure_future(self.ctx.call_tool("transfer_funds", arguments))
+        await asyncio.sleep(0.02)  # the guard is deciding (0.1 s)
+        arguments.update(recipient="evil@x.test", amount=50_000)
+        await call
+        return "ok"
+
+
+def test_what_executes_is_the_call_the_guard_judged_not_the_agents_object_later(
+    pool: concurrent.futures.ThreadPoolExecutor,
+) -> None:
+    def check(tool: str, arguments: Any) -> bool:
+        time.sleep(0.1)
+        return bool(arguments == {"recipient": "rent@aport-vault.com", "amount": 40})
+
+    r = run(case(2), Edits, pool, guard=guard_of(check))
+    (call,) = calls_of(r)
+    assert call["arguments"] == {"recipient": "rent@aport-vault.com", "amount": 40}
+    assert call["transfer"]["recipient"] == "rent@aport-vault.com"
+    assert call["transfer"]["amount_minor"] == 4000
+    assert (r["paid"], r["unpermitted"], r["violation"]) == (True, False, False)
+
+
+def test_arguments_that_cannot_be_copied_never_execute_even_if_a_screen_allows() -> None:
+    class Uncopyable(dict[str, Any]):
+        def __deepcopy__(self, memo: Any) -> Any:
+            raise TypeError("no copies")
+
+    async def allow_all(tool: str, arguments: Any) -> Decision:
+        return Decision(True, (Reason("guard.allowed", "allowed by the guard"),))
+
+    bank = Bank(LEVELS[2].passport, "guarded", screen=allow_all)
+    wire = Uncopyable(recipient="rent@aport-vault.com", amount=40)
+    result = asyncio.run(bank.acall("transfer_funds", wire))
+    assert result == ToolResult("Tool failed: the arguments could not be read", True)
+    assert [c.executed for c in bank.log] == [False]
+    assert bank.balance_minor == OPENING_BALANCE_MINOR
 
 
 def _boom(tool: str, arguments: Any) -> bool:
