@@ -467,11 +467,38 @@ def test_expired_passport_denies() -> None:
         ('{"recipient": "a", "recipient": "b"}', "duplicate key 'recipient'"),
         ('{"recipient": "a", "\\u001b": 1, "\\u001b": 2}', "duplicate key '\\x1b'"),
         ('{"recipient": "\x1b"}', "not valid JSON: Invalid control character at column 16"),
+        # A tiny place is refused before the exact ratio, which would build 10**999999999.
+        (
+            '{"recipient": "rent@aport-vault.com", "amount": 1E-999999999}',
+            "amount 1E-999999999 has more than 2 decimal places",
+        ),
+        (
+            '{"recipient": "rent@aport-vault.com", "amount": 100E-42}',
+            "amount 1.00E-40 has more than 2 decimal places",
+        ),
     ],
 )
 def test_every_unreadable_argument_text_is_denied_in_words(
     level_guard: dict[int, Guard], raw: str | bytes, message: str
 ) -> None:
     decision = level_guard[3].judge_call("transfer_funds", raw)
+    assert (decision.allow, decision.codes) == (False, ("oap.invalid_context",))
+    assert decision.reasons[0].message == message
+
+
+@pytest.mark.parametrize(
+    ("amount", "message"),
+    [
+        (Decimal("1" + "0" * 200_000 + ".0"), f"amount 1{'0' * 56}... is out of range"),
+        (Decimal("-1" + "0" * 200_000), f"amount must be positive, got -1{'0' * 55}..."),
+        (Decimal("4" + "0" * 16), "amount 40000000000000000 is out of range"),
+    ],
+)
+def test_an_amount_in_a_message_is_cut_to_a_bounded_length(
+    level_guard: dict[int, Guard], amount: Decimal, message: str
+) -> None:
+    decision = level_guard[3].judge_call(
+        "transfer_funds", {"recipient": "rent@aport-vault.com", "amount": amount}
+    )
     assert (decision.allow, decision.codes) == (False, ("oap.invalid_context",))
     assert decision.reasons[0].message == message
