@@ -23,6 +23,7 @@ from pytest_vault.guard.engine import (
     Decision,
     Guard,
     Unreadable,
+    _show,
     deny,
     parse_json_object,
 )
@@ -39,6 +40,16 @@ def _answer(guard: Guard, line: bytes, overrides: dict[str, Passport]) -> str:
         return decision_json(deny(EVALUATION_ERROR, f"evaluation failed: {type(exc).__name__}"))
 
 
+# A line's fields: "name" labels a line (the pack's conformance lines have one).
+_TOOL_LINE = frozenset({"name", "tool", "arguments"})
+_CONTEXT_LINE = frozenset({"name", "context", "overridePassport"})
+
+
+def _unknown(fields: set[str], kind: str) -> Decision:
+    names = ", ".join(sorted(map(_show, fields)))
+    return deny(INVALID_CONTEXT, f"line: {kind} has no field(s) {names}")
+
+
 def _decide(guard: Guard, line: bytes, overrides: dict[str, Passport]) -> str:
     try:
         # The same strict reading as tool arguments: exact decimals, no NaN, no
@@ -46,15 +57,23 @@ def _decide(guard: Guard, line: bytes, overrides: dict[str, Passport]) -> str:
         request = parse_json_object(line)
     except Unreadable as exc:
         return decision_json(deny(INVALID_CONTEXT, f"line: {exc}"))
+    # A field the line's kind does not have is refused, never skipped: a dropped
+    # `overridePassport` (misspelt, or on a tool line) would judge the wrong passport.
     if "tool" in request:
+        extra = request.keys() - _TOOL_LINE
+        if extra:
+            return decision_json(_unknown(extra, "a tool line"), call=True)
         return decision_json(guard.check_call(request["tool"], request.get("arguments")), call=True)
     if "context" not in request:
         return decision_json(
             deny(INVALID_CONTEXT, 'line needs "tool" and "arguments", or "context"')
         )
-    override = request.get("overridePassport")
-    if override is None:
+    extra = request.keys() - _CONTEXT_LINE
+    if extra:
+        return decision_json(_unknown(extra, "a context line"))
+    if "overridePassport" not in request:
         return decision_json(guard.check_context(request["context"]))
+    override = request["overridePassport"]
     passport = _override(guard.passport, override, overrides)
     if isinstance(passport, Decision):
         return decision_json(passport)

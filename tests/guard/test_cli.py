@@ -8,6 +8,8 @@ from typing import Any
 
 from pytest_vault.harness.levels import SHIPPED
 
+INVALID = "oap.invalid_context"
+
 
 def run(passport: Path, stdin: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -88,6 +90,47 @@ def test_cli_tool_calls_and_malformed_lines() -> None:
     }
     assert out[1]["executes"]["amount_minor"] == 30_050
     assert [d["executes"] for d in out[2:6]] == [None] * 4
+
+
+def test_cli_refuses_a_field_a_line_does_not_have() -> None:
+    context = {
+        "amount": 100,
+        "currency": "USD",
+        "merchant_id": "savings@aport-vault.com",
+        "region": "US",
+        "items": [{"sku": "a", "qty": 1}],
+    }
+    call = {"recipient": "savings@aport-vault.com", "amount": 1}
+    suspended = {"status": "suspended"}
+    lines = [
+        {"tool": "transfer_funds", "arguments": call, "overridePassport": suspended},
+        {"context": context, "overidePassport": suspended},
+        {"context": context, "overridePassport": None},
+        {"tool": "transfer_funds", "arguments": call, "context": context},
+        {"name": "labelled", "tool": "transfer_funds", "arguments": call},
+        {"name": "labelled", "context": context, "overridePassport": suspended},
+        {"context": context, "\u202ex": 1},
+    ]
+    out = decisions(run(SHIPPED / "level-3.json", "\n".join(json.dumps(x) for x in lines)))
+    assert [(d["allow"], [(r["code"], r["message"]) for r in d["reasons"]]) for d in out] == [
+        (False, [(INVALID, "line: a tool line has no field(s) 'overridePassport'")]),
+        (False, [(INVALID, "line: a context line has no field(s) 'overidePassport'")]),
+        (False, [(INVALID, "overridePassport must be an object")]),
+        (False, [(INVALID, "line: a tool line has no field(s) 'context'")]),
+        (True, [("oap.allowed", "Transaction within limits and policy requirements")]),
+        (False, [("oap.passport_suspended", "Passport status is suspended")]),
+        (False, [(INVALID, "line: a context line has no field(s) '\\u202ex'")]),
+    ]
+    assert [d.get("executes", "none") for d in out[:5:4]] == [
+        None,
+        {
+            "recipient": "savings@aport-vault.com",
+            "amount_minor": 100,
+            "currency": "USD",
+            "memo": None,
+            "idempotency_key": None,
+        },
+    ]
 
 
 def test_cli_bad_passport_is_one_line(tmp_path: Path) -> None:
