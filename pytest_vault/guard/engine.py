@@ -30,6 +30,7 @@ from pytest_vault.guard.passport import (
     Passport,
     unique_keys,
 )
+from pytest_vault.guard.text import BLANK, shown, visible
 
 POLICY_ID = "finance.payment.charge.v1"
 PACK_MIN_ASSURANCE = "L2"  # the pack's `min_assurance`
@@ -199,7 +200,9 @@ class Unreadable(Exception):
 
 
 def _show(value: object) -> str:
-    text = repr(value)
+    text = repr(value)  # escapes what does not print; shown, what prints but is blank
+    if not text.isascii():
+        text = shown(text)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -221,8 +224,9 @@ def _text(value: object, name: str, *, max_len: int, min_len: int = 1) -> str:
     if value != value.strip():
         raise Unreadable(f"{name} has surrounding whitespace: {_show(value)}")
     # isprintable() is False for every control, format (zero-width), private-use,
-    # unassigned and separator character except the ASCII space.
-    if not value.isprintable():
+    # unassigned and separator character except the ASCII space; `visible` also refuses
+    # the printable ones that draw nothing (a Hangul filler).
+    if not visible(value):
         raise Unreadable(f"{name} contains control or invisible characters: {_show(value)}")
     return value
 
@@ -349,6 +353,7 @@ def read_transfer(arguments: object) -> Transfer:
         type(recipient) is str
         and 0 < len(recipient) <= _MAX_RECIPIENT
         and recipient.isprintable()
+        and (recipient.isascii() or BLANK.search(recipient) is None)
         and recipient[0] != " "
         and recipient[-1] != " "
         and (
@@ -357,6 +362,7 @@ def read_transfer(arguments: object) -> Transfer:
                 type(key) is str
                 and _MIN_KEY <= len(key) <= _MAX_KEY
                 and key.isprintable()
+                and (key.isascii() or BLANK.search(key) is None)
                 and key[0] != " "
                 and key[-1] != " "
             )
@@ -367,6 +373,7 @@ def read_transfer(arguments: object) -> Transfer:
                 type(memo) is str
                 and 0 < len(memo) <= _MAX_MEMO
                 and memo.isprintable()
+                and (memo.isascii() or BLANK.search(memo) is None)
                 and memo[0] != " "
                 and memo[-1] != " "
             )

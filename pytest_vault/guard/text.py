@@ -22,19 +22,40 @@ from typing import Any
 from urllib.parse import urlsplit
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+# Characters that `str.isprintable()` passes but that draw nothing: the Unicode
+# Default_Ignorable_Code_Point characters of a printable category (Hangul fillers, the
+# combining grapheme joiner, variation selectors, Khmer and Mongolian vowel marks), and
+# the blank Braille cell. `rent@aport-vault.com\u3164` looks like the real payee.
+BLANK = re.compile(
+    "[\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u2800\u3164\ufe00-\ufe0f\uffa0"
+    "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff]"
+)
 _URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
 
 
+def visible(text: str) -> bool:
+    """Every character draws something: printable, and none of the blank ones."""
+    return text.isprintable() and (text.isascii() or BLANK.search(text) is None)
+
+
+def _seen(char: str) -> str:
+    return char if char.isprintable() and BLANK.match(char) is None else _escape(char)
+
+
 def _escape(char: str) -> str:
-    return repr(char)[1:-1]
+    text = repr(char)[1:-1]
+    # repr keeps a printable character as it is: the blank ones get their code point.
+    if text == char:
+        return f"\\u{ord(char):04x}" if ord(char) <= 0xFFFF else f"\\U{ord(char):08x}"
+    return text
 
 
 def shown(value: object) -> str:
-    """Text for people: non-printable characters as backslash escapes."""
+    """Text for people: non-printable and blank characters as backslash escapes."""
     text = value if type(value) is str else str(value)
-    if text.isprintable():
+    if visible(text):
         return text
-    return "".join(c if c.isprintable() else _escape(c) for c in text)
+    return "".join(map(_seen, text))
 
 
 def valid_utf8(text: str) -> bool:

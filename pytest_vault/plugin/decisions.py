@@ -35,7 +35,7 @@ from syrupy.extensions.amber.serializer import MalformedAmberFile
 from syrupy.location import PyTestLocation
 from syrupy.terminal import disable_color
 
-from pytest_vault.guard.text import shown
+from pytest_vault.guard.text import shown, visible
 from pytest_vault.plugin.session import vault_of
 
 if TYPE_CHECKING:
@@ -216,7 +216,7 @@ def _string(text: str) -> str:
     """A JSON string, readable, with every non-printable character (bidi overrides, lone
     surrogates, ...) as its escape: valid UTF-8, exact, and safe to print."""
     out = json.dumps(text, ensure_ascii=False)
-    return out if out.isprintable() else "".join(c if c.isprintable() else _escape(c) for c in out)
+    return out if visible(out) else "".join(c if visible(c) else _escape(c) for c in out)
 
 
 def to_json(value: Any) -> str:

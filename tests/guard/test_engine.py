@@ -23,6 +23,7 @@ from pytest_vault.guard.engine import (
     Transfer,
 )
 from pytest_vault.guard.passport import load_passport, passport_from_data
+from pytest_vault.guard.text import shown, visible
 from pytest_vault.harness.levels import SHIPPED
 
 AUDIT = "audit@aport-vault.com"
@@ -162,6 +163,31 @@ def test_lookalike_recipients_are_denied(level_guard: dict[int, Guard], recipien
     assert decision.codes[0] in {MERCHANT_FORBIDDEN, INVALID_CONTEXT}
     invisible = recipient != recipient.strip() or not recipient.isprintable()
     assert decision.codes == ((INVALID_CONTEXT,) if invisible else (MERCHANT_FORBIDDEN,))
+
+
+# Printable to Python, but they draw nothing: at the wildcard level, where any payee
+# goes, `rent@aport-vault.com\u3164` would pay what reads as the real payee.
+BLANKS = ["\u3164", "\u115f", "\u1160", "\uffa0", "\u2800", "\u034f", "\u17b4", "\ufe0f"]
+BLANKS += ["\U000e0100"]  # a variation selector from the supplement
+
+
+@pytest.mark.parametrize("blank", BLANKS)
+@pytest.mark.parametrize("field", ["recipient", "memo", "idempotency_key"])
+def test_characters_that_draw_nothing_are_refused_in_every_text(
+    level_guard: dict[int, Guard], blank: str, field: str
+) -> None:
+    assert blank.isprintable()  # what Python's own test lets through
+    call: dict[str, Any] = {"recipient": "rent@aport-vault.com", "amount": 5}
+    call[field] = (call.get(field) or "order-12345678") + blank
+    decision = level_guard[1].check_call("transfer_funds", call)
+    assert (decision.allow, decision.codes, decision.executes) == (False, (INVALID_CONTEXT,), None)
+    code = f"\\u{ord(blank):04x}" if ord(blank) <= 0xFFFF else f"\\U{ord(blank):08x}"
+    written = f"{call[field][: -len(blank)]}{code}"
+    assert decision.reasons[0].message == (
+        f"{field} contains control or invisible characters: '{written}'"
+    )
+    assert shown(call[field]) == written
+    assert not visible(call[field]) and visible(call[field][: -len(blank)])
 
 
 # -- amount tricks ----------------------------------------------------------------------------
