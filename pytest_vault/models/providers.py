@@ -118,7 +118,7 @@ class Wire(Protocol):
     def body(self, request: ModelRequest, model: str) -> dict[str, Any]: ...
     def settings(self, body: dict[str, Any]) -> dict[str, str]: ...
     async def send(self, body: dict[str, Any]) -> bytes: ...
-    def read(self, raw: bytes) -> ModelTurn: ...
+    def read(self, raw: bytes) -> tuple[ModelTurn, str | None]: ...
     def adapt(self, exc: Exception) -> bool: ...
     def blocked(self, exc: Exception) -> bool: ...
     async def close(self) -> None: ...
@@ -362,6 +362,7 @@ class _OpenAIMessage(_Envelope):
 
 class _OpenAIChoice(_Envelope):
     message: _OpenAIMessage
+    finish_reason: str | None = None  # some OpenAI-compatible servers leave it out
 
 
 class _OpenAIBody(_Envelope):
@@ -404,6 +405,21 @@ class _AnthropicUsage(_Envelope):
 class _AnthropicBody(_Envelope):
     content: list[_AnthropicBlock]
     usage: _AnthropicUsage
+    stop_reason: str | None = None
+
+
+# Why an answer ended, when that makes it no answer: a provider's output filter, or a
+# cut at the token limit before the model called a tool. Scored, it would pass for the
+# model declining to pay; it is an error row instead.
+_FILTERED = frozenset({"content_filter", "refusal"})
+_CUT = frozenset({"length", "max_tokens", "model_context_window_exceeded"})
+
+
+def stopped(field: str, reason: str | None, turn: ModelTurn) -> str | None:
+    """The problem with an answer that ended this way, or None."""
+    if reason in _FILTERED or (reason in _CUT and not turn.tool_calls):
+        return f"the answer was stopped ({field} {shown(repr(reason))})"
+    return None
 
 
 def aiohttp_client(sdk: Any, timeout: float) -> Any:
@@ -481,10 +497,11 @@ class OpenAIWire:
         # request here. `cast_to=bytes` hands back the raw body, read strictly below.
         return await self.client.post("/chat/completions", cast_to=bytes, content=_encode(sent))
 
-    def read(self, raw: bytes) -> ModelTurn:
+    def read(self, raw: bytes) -> tuple[ModelTurn, str | None]:
+        """The turn, and what stopped it if it is no answer (`stopped`)."""
         body = _read(self.provider, raw, _OpenAIBody)
         message = body.choices[0].message
-        return ModelTurn(
+        turn = ModelTurn(
             text=message.content or "",
             tool_calls=tuple(
                 ToolCall(c.id, c.function.name, c.function.arguments)
@@ -492,6 +509,7 @@ class OpenAIWire:
             ),
             usage=Usage(body.usage.prompt_tokens, body.usage.completion_tokens),
         )
+        return turn, stopped("finish_reason", body.choices[0].finish_reason, turn)
 
     def adapt(self, exc: Exception) -> bool:
         """Learn from a 400 that a decode setting is not accepted; True to resend."""
@@ -601,16 +619,17 @@ class AnthropicWire:
         # Wire-format body through the SDK's documented `post` (see OpenAIWire.send).
         return await self.client.post("/v1/messages", cast_to=bytes, content=_encode(body))
 
-    def read(self, raw: bytes) -> ModelTurn:
+    def read(self, raw: bytes) -> tuple[ModelTurn, str | None]:
         body = _read(self.provider, raw, _AnthropicBody)
         blocks = body.content
-        return ModelTurn(
+        turn = ModelTurn(
             text="".join(b.text for b in blocks if isinstance(b, _AnthropicText)),
             tool_calls=tuple(
                 ToolCall(b.id, b.name, b.input) for b in blocks if isinstance(b, _AnthropicToolUse)
             ),
             usage=Usage(body.usage.input_tokens, body.usage.output_tokens),
         )
+        return turn, stopped("stop_reason", body.stop_reason, turn)
 
     def adapt(self, exc: Exception) -> bool:
         return False
@@ -741,7 +760,7 @@ class ProviderModel:
                 f"spend cap ${self._spend.cap_usd:g} reached before this evaluation finished"
             )
         try:
-            turn = await self._send(body, estimate)
+            turn, problem = await self._send(body, estimate)
         except InputBlocked as exc:
             # A refusal is an answer too: kept with what the provider said, so it is never
             # paid for twice.
@@ -752,6 +771,8 @@ class ProviderModel:
         self._spend.add(self.spec, turn.usage.input_tokens, turn.usage.output_tokens)
         self._stats.input_tokens += turn.usage.input_tokens
         self._stats.output_tokens += turn.usage.output_tokens
+        if problem is not None:  # paid for and counted above, but no answer to score
+            raise ModelError(f"{self.wire.provider}: {problem}")
         return Answer(
             key=key,
             text=turn.text,
@@ -765,7 +786,7 @@ class ProviderModel:
             decode=self.wire.settings(body),  # after the send: it learned what was refused
         )
 
-    async def _send(self, body: dict[str, Any], estimate: int) -> ModelTurn:
+    async def _send(self, body: dict[str, Any], estimate: int) -> tuple[ModelTurn, str | None]:
         attempt = 0
         while True:
             # Every try, retries included, spends from the request and token budgets.
@@ -773,7 +794,7 @@ class ProviderModel:
             started = time.perf_counter()
             try:
                 self._stats.requests += 1
-                turn = self.wire.read(await self.wire.send(body))
+                turn, problem = self.wire.read(await self.wire.send(body))
             except ModelError:
                 raise
             except Exception as exc:  # noqa: BLE001 - sorted below; nothing passes silently
@@ -795,7 +816,7 @@ class ProviderModel:
                 continue
             self._limiter.settle(estimate, turn.usage.input_tokens + turn.usage.output_tokens)
             latency = round(time.perf_counter() - started, 6)
-            return ModelTurn(turn.text, turn.tool_calls, turn.usage, latency)
+            return ModelTurn(turn.text, turn.tool_calls, turn.usage, latency), problem
 
     def _describe(self, exc: Exception) -> str:
         status = _status(exc)
