@@ -308,6 +308,7 @@ def _options(config: pytest.Config) -> Options:
                 f"--{name.replace('_', '-')} {value!r}: must be a finite number {bound} {least:g}"
             )
     judges = _judges(config, base_url)
+    attacker = _attacker(config, base_url)
     if get("vault_budget_usd") is not None and not get("vault_prices"):
         raise pytest.UsageError(
             "--vault-budget-usd needs --vault-prices to know what requests cost"
@@ -322,7 +323,8 @@ def _options(config: pytest.Config) -> Options:
             raise pytest.UsageError(str(exc)) from None
         unpriced = [
             m
-            for m in dict.fromkeys([*models, *judges])
+            # Every provider spec that spends: an unpriced one would count as $0.
+            for m in dict.fromkeys([*models, *judges, *([attacker] if attacker else [])])
             if not m.startswith(("scripted:", "agent:")) and m not in table
         ]
         if unpriced and get("vault_budget_usd") is not None:
@@ -335,7 +337,6 @@ def _options(config: pytest.Config) -> Options:
         else Path(get("vault_cache") or config.rootpath / DEFAULT_CACHE).resolve()
     )
     shard = _shard(get("vault_shard"))
-    attacker = _attacker(config, base_url)
     tracks: tuple[Track, ...] = _dedup(
         get("vault_track"), ("A", "B") if attacker is None else ("A", "B", "adaptive")
     )

@@ -200,6 +200,28 @@ def test_budget_needs_a_price_for_every_real_judge(
     result.stderr.fnmatch_lines([f"ERROR: {prices}: no price for openai:judge-x (needed by *"])
 
 
+def test_budget_needs_a_price_for_a_provider_attacker(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Unpriced, its spend counted as $0 and the cap never came (12 requests, all passed).
+    monkeypatch.setenv("OPENAI_API_KEY", KEYS["OPENAI_API_KEY"])
+    prices = pytester.makefile(
+        ".toml", prices='["openai:a"]\ninput_per_mtok = 1\noutput_per_mtok = 2\n'
+    )
+    pytester.makefile(".jsonl", attacks=LINES)
+    result = pytester.runpytest(
+        "--vault-model=openai:a",
+        "--vault-attacker=openai:attacker-x",
+        f"--vault-prices={prices}",
+        "--vault-budget-usd=1",
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert result.stderr.lines == [
+        f"ERROR: {prices}: no price for openai:attacker-x (needed by --vault-budget-usd)",
+        "",
+    ]
+
+
 # -- the results column ------------------------------------------------------------------------
 
 
