@@ -576,6 +576,7 @@ def load(paths: Sequence[Path]) -> Loaded:
         sources.append((shown(path), table.num_rows))
     _same_passports(metadata, [name for name, _ in sources])
     _same_sample(metadata, [name for name, _ in sources])
+    _same_corpus(metadata, [name for name, _ in sources])
     merged = pa.concat_tables(tables) if tables else SCHEMA.empty_table()
     keys = pa.Table.from_arrays([merged[k] for k in SORT_KEY], names=list(SORT_KEY))
     if keys.group_by(list(SORT_KEY)).aggregate([]).num_rows != merged.num_rows:
@@ -623,6 +624,23 @@ def _same_sample(metadata: Sequence[Mapping[str, Any]], names: Sequence[str]) ->
             f"{name} and {names[0]} ran different samples ({shown(fields)}): merge shards of "
             "one run, or runs of the same sample"
         )
+
+
+def _same_corpus(metadata: Sequence[Mapping[str, Any]], names: Sequence[str]) -> None:
+    """Rows of different corpus versions cannot be pooled either: the merged file would
+    claim one corpus (the baseline check trusts it) while holding two."""
+    first: tuple[str, object] | None = None
+    for name, meta in zip(names, metadata, strict=True):
+        digest = meta.get("corpus_digest")
+        if digest is None:
+            continue  # a file that does not say (older versions): nothing to compare
+        if first is None:
+            first = (name, digest)
+        elif digest != first[1]:
+            raise ReportError(
+                f"{name} and {first[0]} were run on different corpus versions "
+                "(corpus_digest): merge shards of one run, or runs of the same corpus"
+            )
 
 
 def missing_shards(metadata: Sequence[Mapping[str, Any]], most: int = 10) -> list[str]:

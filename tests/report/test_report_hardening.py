@@ -712,6 +712,25 @@ def test_files_run_under_different_passports_do_not_merge(
     assert run_main([str(two), str(one)], capsys) == (0, "")
 
 
+def test_files_run_on_different_corpus_versions_do_not_merge(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    one, two, old = (tmp_path / f"{n}.parquet" for n in ("one", "two", "old"))
+    write_results([row(attack_id="a1")], one, {"corpus_digest": "sha256:aa"})
+    write_results([row(attack_id="a2")], two, {"corpus_digest": "sha256:bb"})
+    write_results([row(attack_id="a3")], old, {})  # before the digest: nothing to compare
+    merged = tmp_path / "merged.parquet"
+    status, err = run_main([str(one), str(old), str(two), "--merge-to", str(merged)], capsys)
+    assert (status, err) == (
+        2,
+        f"vault-report: error: {two} and {one} were run on different corpus versions "
+        "(corpus_digest): merge shards of one run, or runs of the same corpus\n",
+    )
+    assert not merged.exists()
+    write_results([row(attack_id="a2")], two, {"corpus_digest": "sha256:aa"})
+    assert run_main([str(two), str(old), str(one)], capsys) == (0, "")
+
+
 def test_a_file_from_before_the_guard_column_reads_with_the_guard_unknown(tmp_path: Path) -> None:
     from pytest_vault.report.results import read_table
 
