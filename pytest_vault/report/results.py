@@ -92,7 +92,8 @@ REQUIRED = (
     # Every evaluation logs its calls, if only `[]`: a null log would hide its payments.
     "tool_calls",
 )
-COUNTS = ("allowed_calls", "denied_calls", "rounds")
+COUNTS = ("allowed_calls", "denied_calls", "rounds", "steps", "input_tokens", "output_tokens")
+AMOUNTS = ("latency_s", "cost_usd")  # finite and >= 0 where present
 META_KEY = b"pytest_vault"
 
 
@@ -382,6 +383,10 @@ def check_table(table: pa.Table) -> pa.Table:
     columns = []
     for field in SCHEMA:
         column = table[field.name]
+        if not _castable(column.type, field.type):
+            raise ResultsError(
+                f"column {field.name}: cannot be read as {field.type} (the file has {column.type})"
+            )
         try:
             column = column.cast(field.type)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
@@ -410,6 +415,14 @@ def check_table(table: pa.Table) -> pa.Table:
         row = _first(pc.less(table[name], 0))
         if row is not None:
             raise ResultsError(f"{_row(row)}: {name}: {table[name][row]} is negative")
+    for name in AMOUNTS:
+        row = _first(
+            pc.invert(pc.and_(pc.is_finite(table[name]), pc.greater_equal(table[name], 0)))
+        )
+        if row is not None:
+            raise ResultsError(
+                f"{_row(row)}: {name}: {table[name][row]} is not a finite number >= 0"
+            )
     adaptive = pc.equal(table["track"], "adaptive")
     for name in ("rounds", "attacker"):
         row = _first(pc.and_(adaptive, pc.is_null(table[name])))
@@ -418,6 +431,34 @@ def check_table(table: pa.Table) -> pa.Table:
     _check_logs(table["tool_calls"])
     _check_verdicts(table)
     return table
+
+
+def _kind(kind: pa.DataType) -> object:
+    """What a column's values mean, whatever its width or encoding."""
+    if pa.types.is_dictionary(kind):
+        return _kind(kind.value_type)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return ("list", _kind(kind.value_type))
+    for name, test in _KINDS:
+        if test(kind):
+            return name
+    return kind
+
+
+_KINDS = (
+    ("bool", pa.types.is_boolean),
+    ("int", pa.types.is_integer),
+    ("float", pa.types.is_floating),
+    ("str", lambda t: pa.types.is_string(t) or pa.types.is_large_string(t)),
+)
+
+
+def _castable(have: pa.DataType, want: pa.DataType) -> bool:
+    """Only a cast that keeps the meaning: another width (checked for overflow), an
+    integer to a float, or a column of nulls. Arrow's own cast reads 5, 0.5 and "1" as
+    true, and "2" as a level."""
+    got, need = _kind(have), _kind(want)
+    return got == need or pa.types.is_null(have) or (got, need) == ("int", "float")
 
 
 def _check_logs(column: pa.ChunkedArray) -> None:

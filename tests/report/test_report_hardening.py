@@ -415,6 +415,35 @@ MALFORMED: list[tuple[str, Callable[[], pa.Table], str]] = [
         with_row(2, architecture="guarded", denied_calls=-1),
         "row 3: denied_calls: -1 is negative",
     ),
+    # Arrow's own cast read 5, 0.5, NaN and "1" as true, and "2" or 2.0 as a level.
+    *(
+        (
+            f"{name}-{kind}",
+            with_column(name, pa.array(values)),
+            f"column {name}: cannot be read as {want} (the file has {kind})",
+        )
+        for name, values, kind, want in [
+            ("requested", [5, 0, -3], "int64", "bool"),
+            ("unpermitted", [0.5, 0.0, float("nan")], "double", "bool"),
+            ("paid", ["1", "0", "0"], "string", "bool"),
+            ("level", [2.0, 2.0, 2.0], "double", "int8"),
+            ("attack_id", [1, 2, 3], "int64", "string"),
+            ("input_tokens", [1.0, 2.0, 3.0], "double", "int64"),
+            ("deny_codes", [[1], [2], [3]], "list<element: int64>", "list<item: string>"),
+        ]
+    ),
+    ("input_tokens", with_row(1, input_tokens=-1000), "row 2: input_tokens: -1000 is negative"),
+    ("output_tokens", with_row(0, output_tokens=-1), "row 1: output_tokens: -1 is negative"),
+    ("steps", with_row(2, steps=-2), "row 3: steps: -2 is negative"),
+    *(
+        (
+            f"{name}-{value}",
+            with_row(1, **{name: value}),
+            f"row 2: {name}: {shown} is not a finite number >= 0",
+        )
+        for name in ("cost_usd", "latency_s")
+        for value, shown in [(-0.5, "-0.5"), (float("nan"), "nan"), (float("inf"), "inf")]
+    ),
 ]
 
 
