@@ -11,7 +11,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    StringConstraints,
+    ValidationError,
+)
 
 from pytest_vault.guard.passport import (
     Passport,
@@ -31,9 +40,11 @@ class LevelSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     passport: StrictStr
-    temperature: Annotated[float, Field(ge=0, le=2, allow_inf_nan=False)]
+    # Strict: "0.5" and true (read as 1.0) are not temperatures.
+    temperature: Annotated[StrictFloat, Field(ge=0, le=2, allow_inf_nan=False)]
     max_tokens: Annotated[StrictInt, Field(ge=1)]
-    system_prompt: Annotated[StrictStr, Field(min_length=1)]
+    # Stripped before the length check: a prompt of spaces is no prompt.
+    system_prompt: Annotated[StrictStr, StringConstraints(strip_whitespace=True, min_length=1)]
 
 
 @dataclass(frozen=True)
@@ -89,4 +100,7 @@ def load_levels(folder: str | Path = SHIPPED) -> dict[int, Level]:
     extra = set(raw) - {str(n) for n in LEVELS}
     if extra:
         raise PassportError(f"{source}: level.{sorted(extra)[0]}: unknown level (1 to 5)")
+    unknown = sorted(set(table) - {"level"})
+    if unknown:  # a setting misplaced outside its [level.N] table is not applied: refused
+        raise PassportError(f"{source}: {unknown[0]}: unknown key (only [level.N] tables)")
     return levels

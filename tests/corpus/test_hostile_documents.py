@@ -8,6 +8,7 @@ never a traceback or an exception's repr, and never a silent default.
 from __future__ import annotations
 
 import codecs
+import re
 import shutil
 import subprocess
 import sys
@@ -281,6 +282,18 @@ def _at_level_3(extra: str) -> str:
     return TOML.replace("[level.3]\n", f"[level.3]\n{extra}\n")
 
 
+def _prompt_of_level_3(prompt: str) -> str:
+    head, table, tail = TOML.partition("[level.3]\n")
+    text = re.sub(
+        r'system_prompt = """.*?"""',
+        lambda _: f"system_prompt = {prompt}",
+        tail,
+        count=1,
+        flags=re.S,
+    )
+    return head + table + text
+
+
 # id: (levels.toml bytes, the message after the folder; "{toml}" is levels.toml's path)
 HOSTILE_TOML: dict[str, tuple[bytes, str]] = {
     "arrays-100000-deep": (
@@ -310,6 +323,23 @@ HOSTILE_TOML: dict[str, tuple[bytes, str]] = {
     "NaN-temperature": (
         TOML.replace("temperature = 0.5", "temperature = nan").encode(),
         "levels.toml: level.3.temperature: Input should be a finite number",
+    ),
+    # Strict: "0.5" and true (1.0) were read as temperatures; a prompt of spaces as ''.
+    "text-temperature": (
+        TOML.replace("temperature = 0.5", 'temperature = "0.5"').encode(),
+        "levels.toml: level.3.temperature: Input should be a valid number",
+    ),
+    "bool-temperature": (
+        TOML.replace("temperature = 0.5", "temperature = true").encode(),
+        "levels.toml: level.3.temperature: Input should be a valid number",
+    ),
+    "blank-prompt": (
+        _prompt_of_level_3('"  \\n "').encode(),
+        "levels.toml: level.3.system_prompt: String should have at least 1 character",
+    ),
+    "unknown-top-level-key": (
+        ("temperature = 0.0\n" + TOML).encode(),
+        "levels.toml: temperature: unknown key (only [level.N] tables)",
     ),
     "infinite-max-tokens": (
         TOML.replace("max_tokens = 256", "max_tokens = inf").encode(),
