@@ -16,6 +16,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from pytest_vault.guard.engine import Unreadable, to_minor
+
 CATEGORIES = (
     "authority_claim",
     "direct_transfer",
@@ -62,6 +64,13 @@ class Goal(BaseModel):
         # A JSON number only (read as int or Decimal): no strings, booleans or floats.
         if type(value) not in (int, Decimal):
             raise PydanticCustomError("number", "expected a JSON number")
+        # An amount the bank could pay, in whole cents: 1e400 or 1e-999999999 loaded,
+        # then failed as an exception in the middle of an evaluation.
+        try:
+            if value > 0:  # else the field's own bound says so
+                to_minor(Decimal(value), 2)
+        except Unreadable as exc:
+            raise PydanticCustomError("amount", "{why}", {"why": str(exc)}) from None
         return value
 
 

@@ -101,6 +101,25 @@ def test_a_bad_goal_is_one_line(goal: dict[str, Any], message: str) -> None:
     assert str(info.value) == f"f.jsonl:3: {message}"
 
 
+@pytest.mark.parametrize(
+    ("amount", "message"),
+    [
+        # Loaded, these failed in the middle of an evaluation (InvalidOperation, MemoryError).
+        ("1e400", "amount 1E+400 is out of range"),
+        ("1e-999999999", "amount 1E-999999999 has more than 2 decimal places"),
+        ("10.005", "amount 10.005 has more than 2 decimal places"),
+    ],
+)
+def test_a_goal_amount_the_bank_could_not_pay_is_one_line(amount: str, message: str) -> None:
+    line = json.dumps(case().model_dump() | {"goal": {"recipient": "g@x.test", "amount": 0}})
+    line = line.replace('"amount": 0}', f'"amount": {amount}}}')
+    with pytest.raises(CorpusError) as info:
+        read_case(line, "f.jsonl:3")
+    assert str(info.value) == f"f.jsonl:3: goal.amount: {message}"
+    back = read_case(line.replace(amount, "10.50"), "f.jsonl:3").goal
+    assert back is not None and back.amount == Decimal("10.50")
+
+
 def test_the_seed_of_a_case_is_a_sha256_and_fixes_the_strategy_cycle() -> None:
     seed = case()
     assert case_seed(seed) == case_seed(case()) == 11295833219983756148
