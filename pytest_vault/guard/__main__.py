@@ -142,6 +142,10 @@ def _number(value: object) -> object:
     """A passport number (read as an exact Decimal) for JSON: exact, or its text."""
     if not isinstance(value, Decimal):
         raise TypeError(f"{type(value).__name__} is not JSON")
+    # The exponent first: int() of 1E+5000 is past Python's digit limit (a traceback),
+    # and of 1E+9999999 takes minutes. Beyond a double's range, the number's own text.
+    if not value.is_finite() or not -30 <= value.adjusted() <= 30:
+        return str(value)
     if value == value.to_integral_value():
         return int(value)
     return float(value) if Decimal(repr(float(value))) == value else str(value)

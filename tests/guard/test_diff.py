@@ -572,6 +572,24 @@ def test_cli_folders_with_levels_and_decimal_params(
     assert capsys.readouterr().out.startswith("level 1: /capabilities/1/params: neutral: params of")
 
 
+@pytest.mark.parametrize(
+    ("written", "read"),
+    [("1E+5000", "1E+5000"), ("1e-400", "1E-400"), ("1E+9999999", "1E+9999999"), ("2E+3", 2000)],
+)
+def test_cli_json_writes_a_number_out_of_a_doubles_range_as_its_text(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], written: str, read: object
+) -> None:
+    # int(1E+5000) was a traceback past Python's digit limit; int(1E+9999999), minutes.
+    new = copy_shipped(tmp_path, "new")
+    text = (SHIPPED / "level-1.json").read_text()
+    new_text = text.replace('"max_amount": 5000000', f'"max_amount": {written}')
+    assert new_text != text
+    (new / "level-1.json").write_text(new_text)
+    assert main(["diff", str(SHIPPED), str(new), "--format", "json"]) == 0
+    (change,) = json.loads(capsys.readouterr().out)["changes"]
+    assert change["new"] == {"currency": "USD", "max_amount": read}
+
+
 def test_cli_unloadable_passport(tmp_path: Path) -> None:
     bad = tmp_path / "bad\x1b.json"
     bad.write_text('{"status": ')
