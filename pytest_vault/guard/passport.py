@@ -27,6 +27,7 @@ from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StrictBool,
@@ -35,6 +36,7 @@ from pydantic import (
     ValidationError,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from pytest_vault.guard.text import shown
 
@@ -109,6 +111,22 @@ class ChargeLimits(BaseModel):
     x_vault_memo_approval_code_required: StrictBool = False
 
 
+_DATE_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})?")
+
+
+def _date_time(value: object) -> object:
+    """An RFC 3339 date-time string only: pydantic's own reading also takes a number
+    (and guesses seconds or milliseconds: 30000000000 is a date in 1970) or its text."""
+    if type(value) is not str or _DATE_TIME.fullmatch(value) is None:
+        raise PydanticCustomError(
+            "date_time", "expected an RFC 3339 date-time string, e.g. 2026-01-01T00:00:00Z"
+        )
+    return value
+
+
+DateTime = Annotated[datetime, BeforeValidator(_date_time)]
+
+
 class Passport(_Strict):
     passport_id: StrictStr
     kind: Literal["template", "instance"]
@@ -123,12 +141,12 @@ class Passport(_Strict):
     limits: dict[str, Any]
     regions: list[Annotated[StrictStr, Field(pattern=r"^[A-Z]{2}(-[A-Z]{2})?$")]]
     metadata: dict[str, Any] = Field(default_factory=dict)
-    created_at: datetime
-    updated_at: datetime
+    created_at: DateTime
+    updated_at: DateTime
     version: Annotated[StrictStr, Field(pattern=r"^\d+\.\d+\.\d+$")]
     # DEVIATION: used by the spec text, missing from the upstream schema.
     did: StrictStr | None = None
-    expires_at: datetime | None = None
+    expires_at: DateTime | None = None
     never_expires: StrictBool | None = None
 
     @model_validator(mode="after")

@@ -97,6 +97,22 @@ def test_shipped_levels() -> None:
         ("spec_version", "oap/2.0", "spec_version: Input should be 'oap/1.0'"),
         ("surprise", 1, "surprise: Extra inputs are not permitted"),
         ("expires_at", "2026-01-01T00:00:00", "expires_at: needs a time zone"),
+        # pydantic's lax reading took numbers, guessing seconds or milliseconds.
+        *(
+            (
+                field,
+                value,
+                f"{field}: expected an RFC 3339 date-time string, e.g. 2026-01-01T00:00:00Z",
+            )
+            for field, value in [
+                ("expires_at", 30000000000),
+                ("expires_at", "4102444800"),
+                ("created_at", 0),
+                ("updated_at", "2026-01-01"),
+                ("expires_at", "2026-01-01 00:00:00Z"),
+                ("expires_at", True),
+            ]
+        ),
         (
             "limits.payments~charge.idempotency_requried",
             True,
