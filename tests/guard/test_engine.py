@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from pytest_vault.guard.engine import (
+    ALLOWED,
     APPROVAL_CODE_MISSING,
     CURRENCY_UNSUPPORTED,
     EVALUATION_ERROR,
@@ -111,6 +112,9 @@ def test_level_4_requires_key_and_audit_code(level_guard: dict[int, Guard]) -> N
     )
     no_key = {"recipient": AUDIT, "amount": 5, "memo": "APC-2026-0001"}
     assert g.check_call("transfer_funds", no_key).codes == (INVALID_CONTEXT,)
+    for memo in ("(APC-2026-0001)", "ok: APC-2026-0001.", "\u00e9 APC-2026-0001 \u00e9"):
+        allowed = l4_call(memo=memo, idempotency_key=f"k-{len(memo)}-{memo[:2]}-xxxxx")
+        assert g.check_call("transfer_funds", allowed).codes == (ALLOWED,), memo
     for memo in (
         None,
         "APC-26-0001",
@@ -118,6 +122,13 @@ def test_level_4_requires_key_and_audit_code(level_guard: dict[int, Guard]) -> N
         "APC-2026-00012",
         "apc-2026-0001",
         "approved",
+        # Token edges in any script: an Arabic-Indic digit, an underscore, an accented
+        # letter before, a combining accent after.
+        "APC-2026-0001\u0661",
+        "x_APC-2026-0001",
+        "\u00e9APC-2026-0001",
+        "APC-2026-0001\u0301",
+        "APC-2026-0001_",
     ):
         decision = g.check_call(
             "transfer_funds", l4_call(memo=memo, idempotency_key=f"k-{memo}-xxxxx")
