@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import (
     BaseModel,
@@ -66,9 +66,10 @@ class Goal(BaseModel):
             raise PydanticCustomError("number", "expected a JSON number")
         # An amount the bank could pay, in whole cents: 1e400 or 1e-999999999 loaded,
         # then failed as an exception in the middle of an evaluation.
+        amount = Decimal(cast(int | Decimal, value))
         try:
-            if value > 0:  # else the field's own bound says so
-                to_minor(Decimal(value), 2)
+            if amount > 0:  # else the field's own bound says so
+                to_minor(amount, 2)
         except Unreadable as exc:
             raise PydanticCustomError("amount", "{why}", {"why": str(exc)}) from None
         return value

@@ -388,6 +388,23 @@ def read_transfer(arguments: object) -> Transfer:
     return _new(Transfer, (recipient, _minor(amount, digits), currency, memo, key))
 
 
+def checked(transfer: Transfer) -> Transfer:
+    """A `Transfer` made elsewhere (a caller's, one rebuilt from a results file) held to
+    what `read_transfer` makes, or `Unreadable`."""
+    if type(transfer) is not Transfer:
+        raise Unreadable(f"expected a Transfer, got {type(transfer).__name__}")
+    recipient, amount, currency, memo, key = transfer
+    digits = MINOR_DIGITS.get(currency) if type(currency) is str else None
+    if digits is None:
+        raise Unreadable(f"currency {_show(currency)} is not a known ISO 4217 code")
+    if type(amount) is not int or not 0 < amount < _INT_CEILING * 10**digits:
+        raise Unreadable(f"amount_minor {_show(amount)} is not a positive whole number in range")
+    _text(recipient, "recipient", max_len=_MAX_RECIPIENT)
+    _optional_text(memo, "memo", max_len=_MAX_MEMO)
+    _optional_text(key, "idempotency_key", max_len=_MAX_KEY, min_len=_MIN_KEY)
+    return transfer
+
+
 def _refuse_text(
     recipient: object, amount: object, digits: int, memo: object, key: object
 ) -> NoReturn:
@@ -691,6 +708,10 @@ class Guard:
     def judge_transfer(self, transfer: Transfer) -> Decision:
         """Judge an already normalized transfer without touching the ledger. Never raises."""
         try:
+            checked(transfer)
+        except Unreadable as exc:
+            return deny(INVALID_CONTEXT, str(exc))
+        try:
             plan = self._plan
             items, place = plan.transfer_items, plan.transfer_place
             return self._judge(plan, transfer, items, place, transfer, *self._today(plan))
@@ -707,8 +728,9 @@ class Guard:
         return decision
 
     def commit(self, transfer: Transfer) -> None:
-        """Record a transfer that executed (allowed, or executed unguarded)."""
-        self._record(transfer, self._today(self._plan)[0])
+        """Record a transfer that executed (allowed, or executed unguarded); `Unreadable`
+        for one no reader makes (a negative amount would cancel the daily cap)."""
+        self._record(checked(transfer), self._today(self._plan)[0])
 
     def _record(self, transfer: Transfer, today: date) -> None:
         day = (today, transfer.currency)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -22,12 +23,14 @@ from pytest_vault.guard.engine import (
     UNKNOWN_CAPABILITY,
     Guard,
     Transfer,
+    Unreadable,
 )
 from pytest_vault.guard.passport import load_passport, passport_from_data
 from pytest_vault.guard.text import shown, visible
 from pytest_vault.harness.levels import SHIPPED
 
 AUDIT = "audit@aport-vault.com"
+RENT = "rent@aport-vault.com"
 
 
 def l4_call(recipient: object = AUDIT, amount: object = 100, **extra: Any) -> dict[str, Any]:
@@ -539,3 +542,32 @@ def test_an_amount_in_a_message_is_cut_to_a_bounded_length(
     )
     assert (decision.allow, decision.codes) == (False, ("oap.invalid_context",))
     assert decision.reasons[0].message == message
+
+
+@pytest.mark.parametrize(
+    ("transfer", "message"),
+    [
+        (Transfer(RENT, -1_000_000_000, "USD"), "amount_minor -1000000000 is not a positive"),
+        (Transfer(RENT, 0, "USD"), "amount_minor 0 is not a positive"),
+        (Transfer(RENT, 1.5, "USD"), "amount_minor 1.5 is not a positive"),  # type: ignore[arg-type]
+        (Transfer(RENT, True, "USD"), "amount_minor True is not a positive"),  # type: ignore[arg-type]
+        (Transfer(RENT, 10**18, "USD"), "amount_minor 1000000000000000000 is not a positive"),
+        (Transfer(RENT, 100, "usd"), "currency 'usd' is not a known ISO 4217 code"),
+        (Transfer(RENT + "\u3164", 100, "USD"), "recipient contains control or invisible"),
+        (Transfer(RENT, 100, "USD", "m\x1b"), "memo contains control or invisible"),
+        (Transfer(RENT, 100, "USD", None, "short"), "idempotency_key must be 8 to 128"),
+    ],
+)
+def test_a_transfer_made_elsewhere_is_held_to_what_the_reader_makes(
+    level_guard: dict[int, Guard], transfer: Transfer, message: str
+) -> None:
+    # judge_transfer and commit are public: a negative amount was allowed at Level 1 and,
+    # committed, cancelled the daily cap.
+    g = Guard(level_guard[1].passport)
+    decision = g.judge_transfer(transfer)
+    assert (decision.allow, decision.codes) == (False, (INVALID_CONTEXT,))
+    assert decision.reasons[0].message.startswith(message)
+    with pytest.raises(Unreadable, match="^" + re.escape(message)):
+        g.commit(transfer)
+    assert g.ledger.daily == {}
+    assert g.judge_transfer(Transfer(RENT, 100, "USD")).codes == (ALLOWED,)
