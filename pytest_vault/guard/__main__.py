@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from decimal import Decimal
 from json.encoder import encode_basestring
+from typing import BinaryIO
 
 from pytest_vault.guard.engine import (
     EVALUATION_ERROR,
@@ -243,11 +244,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     overrides: dict[str, Passport] = {}
     source, sink = sys.stdin.fileno(), sys.stdout.buffer
+    try:
+        _serve(guard, source, sink, overrides)
+    except BrokenPipeError:  # the reader went away (`| head`): not every line answered
+        # Python's own recipe: stdout to devnull, so the flush at exit raises nothing.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    return 0
+
+
+def _serve(guard: Guard, source: int, sink: BinaryIO, overrides: dict[str, Passport]) -> None:
+    """Read what is available, answer every complete line, flush once per chunk: a
+    caller feeding one line at a time (a co-process) gets its answer at once, and a
+    file of 100,000 lines is not paid for with 100,000 flushes. Only the new chunk is
+    searched for a newline, so one very long line costs linear time."""
     pending = bytearray()
-    # Read what is available, answer every complete line, flush once per chunk: a
-    # caller feeding one line at a time (a co-process) gets its answer at once, and a
-    # file of 100,000 lines is not paid for with 100,000 flushes. Only the new chunk is
-    # searched for a newline, so one very long line costs linear time.
     while chunk := os.read(source, 1 << 16):
         searched = len(pending)
         pending += chunk
@@ -262,7 +273,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if pending.strip():  # a last line without its newline is still a line
         sink.write(_utf8(_answer(guard, bytes(pending), overrides) + "\n"))
         sink.flush()
-    return 0
 
 
 if __name__ == "__main__":

@@ -227,3 +227,21 @@ def test_cli_answers_every_line_whatever_its_bytes() -> None:
     # Quoted back in its safe form: the key is named, never written raw.
     assert out[2]["reasons"][0]["message"] == "duplicate key 'r\\ud800'"
     assert b"\x1b" not in result.stdout
+
+
+def test_cli_stops_quietly_when_its_reader_goes_away() -> None:
+    line = json.dumps({"tool": "transfer_funds", "arguments": {"recipient": "x@y.z", "amount": 1}})
+    # Enough answers to fill the pipe after the reader has gone (`| head -1`).
+    stdin = (line + "\n") * 200_000
+    head = subprocess.run(
+        f"{sys.executable} -m pytest_vault.guard --passport {SHIPPED / 'level-3.json'} | head -1;"
+        " echo rc=${PIPESTATUS[0]} >&2",
+        shell=True,
+        executable="/bin/bash",
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert json.loads(head.stdout)["allow"] is False
+    assert head.stderr == "rc=1\n"  # no BrokenPipeError traceback
