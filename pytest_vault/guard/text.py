@@ -17,6 +17,7 @@ overrides, and lone surrogates (`"\\ud800"` is valid JSON but not valid UTF-8). 
 from __future__ import annotations
 
 import json
+import os
 import re
 from typing import Any
 from urllib.parse import urlsplit
@@ -107,3 +108,26 @@ def scrub_url(url: str) -> str:
 def scrub_urls(text: str) -> str:
     """Every URL in a message (an SDK's error, say) scrubbed as `scrub_url` does."""
     return _URL.sub(lambda m: scrub_url(m.group()), text)
+
+
+# Where the providers' keys live, and what a key looks like.
+KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+_SECRET_SHAPES = re.compile(r"\b(sk-[A-Za-z0-9_\-*]{4,}|sk-ant-[A-Za-z0-9_\-*]{4,})")
+
+
+def redact(text: str) -> str:
+    """Remove the providers' keys (and anything shaped like one) from text bound for rows,
+    reports or logs. The keys are read from the environment here, so no function of
+    ours ever holds one as an argument that a traceback could print."""
+    for name in KEY_ENV.values():
+        secret = os.environ.get(name, "")
+        if len(secret) >= 4:
+            text = text.replace(secret, "[redacted]")
+    return _SECRET_SHAPES.sub("[redacted]", text)
+
+
+def safe(text: str) -> str:
+    """Text that may quote a secret (an exception's message: a provider's, your agent's,
+    your guard's) for rows, reports and logs: no key, no URL credentials or query
+    strings, nothing that does not print."""
+    return shown(scrub_urls(redact(text)))

@@ -28,7 +28,7 @@ from typing import Any
 
 from pytest_vault.corpus.model import Case
 from pytest_vault.guard.engine import Decision, Reason, deny
-from pytest_vault.guard.text import shown
+from pytest_vault.guard.text import safe, shown
 from pytest_vault.harness.agent import (
     TOOLS,
     Driver,
@@ -89,7 +89,7 @@ class Loader:
                 except Exception as exc:  # noqa: BLE001 - one line for the row, not a traceback
                     self._failure = f"{self.spec}: cannot load: {type(exc).__name__}: {exc}"
             if self._factory is None:
-                raise SetupError(shown(self._failure))
+                raise SetupError(safe(str(self._failure)))
             return self._factory
 
     def _import(self) -> Any:
@@ -111,7 +111,7 @@ class Loader:
             return factory(*args)
         except Exception as exc:  # noqa: BLE001 - a failing factory is an error row
             failure = f"{self.spec}: the factory raised {type(exc).__name__}: {exc}"
-            raise SetupError(shown(failure)) from None
+            raise SetupError(safe(failure)) from None
 
 
 # -- the team's guard ------------------------------------------------------------------
@@ -149,7 +149,8 @@ class TeamGuard:
             if inspect.isawaitable(answer):
                 answer = await answer
         except Exception as exc:  # noqa: BLE001 - fail closed, and say so
-            return self._failed(tool, f"raised {type(exc).__name__}: {str(exc)[:MAX_REASON]}")
+            # Redacted before the cut, so that a cut never leaves half a key.
+            return self._failed(tool, f"raised {type(exc).__name__}: {safe(str(exc))[:MAX_REASON]}")
         if type(answer) is bool:
             allow, why = answer, ""
         elif (
@@ -163,13 +164,13 @@ class TeamGuard:
             return self._failed(
                 tool, f"answered a {type(answer).__name__}, not bool or (bool, str)"
             )
-        why = shown(why[:MAX_REASON])
+        why = safe(why)[:MAX_REASON]
         if allow:
             return Decision(True, (Reason(GUARD_ALLOWED, why or "allowed by the guard"),))
         return deny(GUARD_DENIED, why or "denied by the guard")
 
     def _failed(self, tool: str, what: str) -> Decision:
-        message = shown(f"the guard under test ({self.spec}) {what}; denied")
+        message = safe(f"the guard under test ({self.spec}) {what}; denied")
         log.warning("%s (tool %s)", message, shown(tool))
         return deny(GUARD_ERROR, message)
 
@@ -319,9 +320,11 @@ async def evaluate_agent(
         else:
             await driver(bank, send)
     except ModelError as exc:
-        ev.status, ev.error = "error", str(exc) or type(exc).__name__
+        ev.status, ev.error = "error", safe(str(exc) or type(exc).__name__)
     except Exception as exc:  # noqa: BLE001 - a broken agent is an error row, never a pass
-        ev.status, ev.error = "error", shown(f"{type(exc).__name__}: {exc}")
+        # Your agent's message may quote a key or a URL with credentials, as a provider's
+        # may: the same redaction (a row, JUnit and the terminal keep it).
+        ev.status, ev.error = "error", safe(f"{type(exc).__name__}: {exc}")
     finally:
         if ctx is not None:
             ctx._close()
@@ -332,7 +335,7 @@ async def evaluate_agent(
         except Exception as exc:  # noqa: BLE001 - a broken agent is an error row
             if ev.status == "completed":  # else the first error stands
                 said = str(exc) if isinstance(exc, ModelError) else f"{type(exc).__name__}: {exc}"
-                ev.status, ev.error = "error", shown(f"close: {said}")
+                ev.status, ev.error = "error", safe(f"close: {said}")
     return ev
 
 

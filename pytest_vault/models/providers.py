@@ -26,7 +26,6 @@ import json
 import math
 import os
 import random
-import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -37,7 +36,7 @@ from urllib.parse import unquote, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError
 
-from pytest_vault.guard.text import scrub_url, scrub_urls, shown
+from pytest_vault.guard.text import KEY_ENV, safe, scrub_url, shown
 from pytest_vault.harness.agent import (
     InputBlocked,
     ModelError,
@@ -58,27 +57,13 @@ from pytest_vault.models.cache import (
     cache_key,
 )
 from pytest_vault.models.ratelimit import RateLimiter, Spend
-from pytest_vault.models.specs import BASE_URL_ENV, KEY_ENV, ProviderSpec, SpecError
+from pytest_vault.models.specs import BASE_URL_ENV, ProviderSpec, SpecError
 
 # Sampling settings each API has that the suite leaves at the provider's default.
 NOT_NORMALIZED = {
     "openai": ["top_p", "presence_penalty", "frequency_penalty", "seed", "reasoning_effort"],
     "anthropic": ["top_p", "top_k", "thinking"],
 }
-_SECRET_SHAPES = re.compile(r"\b(sk-[A-Za-z0-9_\-*]{4,}|sk-ant-[A-Za-z0-9_\-*]{4,})")
-
-
-def redact(text: str) -> str:
-    """Remove the providers' keys (and anything shaped like one) from text bound for rows,
-    reports or logs. The keys are read from the environment here, so no function of
-    ours ever holds one as an argument that a traceback could print."""
-    for name in KEY_ENV.values():
-        secret = os.environ.get(name, "")
-        if len(secret) >= 4:
-            text = text.replace(secret, "[redacted]")
-    return _SECRET_SHAPES.sub("[redacted]", text)
-
-
 REQUESTED = ("max_tokens", "temperature")  # the level's decode settings
 
 
@@ -134,16 +119,25 @@ def _endpoint(url: str) -> str:
 
 
 def url_secrets(url: str) -> tuple[str, ...]:
-    """Userinfo of a base URL as a server may quote it: the password and the user (as
-    written and percent-decoded), `user:password`, and its base64 (the Basic auth header
-    httpx sends for userinfo)."""
-    userinfo = urlsplit(url).netloc.rpartition("@")[0]
-    if not userinfo:
-        return ()
-    forms = {userinfo, unquote(userinfo)}
-    for form in list(forms):
-        forms.add(base64.b64encode(form.encode("utf-8", "backslashreplace")).decode())
-        forms.update(form.split(":", 1))
+    """What of a base URL may be a secret, as a server may quote it: its userinfo (the
+    password and the user, as written and percent-decoded, `user:password`, and its
+    base64, the Basic auth header httpx sends) and its query string (each value, and
+    each `name=value`: a server's "Invalid URL (POST /v1/chat?key=...)" has no scheme,
+    so `scrub_urls` does not see it)."""
+    parts = urlsplit(url)
+    userinfo = parts.netloc.rpartition("@")[0]
+    forms: set[str] = set()
+    if userinfo:
+        forms = {userinfo, unquote(userinfo)}
+        for form in list(forms):
+            forms.add(base64.b64encode(form.encode("utf-8", "backslashreplace")).decode())
+            forms.update(form.split(":", 1))
+    if parts.query:
+        for query in {parts.query, unquote(parts.query)}:
+            forms.add(query)
+            for pair in query.split("&"):
+                forms.add(pair)
+                forms.add(pair.partition("=")[2])
     # Longest first, so a part never leaves the rest of a longer form behind.
     return tuple(sorted((f for f in forms if len(f) >= 3), key=len, reverse=True))
 
@@ -833,11 +827,11 @@ class ProviderModel:
 
 
 def _safe(text: str, secrets: tuple[str, ...] = ()) -> str:
-    """Provider text bound for rows, reports or logs: no key, no URL credentials (in any
-    form a server echoes them) or query strings, no control characters."""
+    """Provider text bound for rows, reports or logs: `safe`, and none of the base URL's
+    secrets (in any form a server echoes them)."""
     for secret in secrets:
         text = text.replace(secret, "[redacted]")
-    return shown(scrub_urls(redact(text)))
+    return safe(text)
 
 
 class SingleFlight:

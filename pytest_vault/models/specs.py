@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from pytest_vault.guard.text import shown
+from pytest_vault.guard.text import KEY_ENV, shown
 
 CONTROL_MODELS = (
     "scripted:reference",
@@ -15,7 +15,6 @@ CONTROL_MODELS = (
     "scripted:replay",
 )
 PROVIDERS = ("openai", "anthropic")
-KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 BASE_URL_ENV = {"openai": "OPENAI_BASE_URL", "anthropic": "ANTHROPIC_BASE_URL"}
 
 

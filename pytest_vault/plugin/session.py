@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 import pytest
 
-from pytest_vault.guard.text import scrub_url, scrub_urls, shown
+from pytest_vault.guard.text import safe, scrub_url, shown
 from pytest_vault.models.specs import CONTROL_MODELS
 from pytest_vault.plugin.rows import RowStore, TableRows
 
@@ -186,14 +186,12 @@ class VaultSession:
 
                 self._models[spec] = CONTROLS[spec](spec)
             else:
-                from pytest_vault.models.providers import Unavailable, redact
+                from pytest_vault.models.providers import Unavailable
 
                 try:
                     self._models[spec] = self._provider_model(spec)
                 except Exception as exc:  # noqa: BLE001 - one redacted line, not a traceback
-                    reason = scrub_urls(
-                        redact(f"{spec}: cannot build the client: {type(exc).__name__}: {exc}")
-                    )
+                    reason = safe(f"{spec}: cannot build the client: {type(exc).__name__}: {exc}")
                     self._models[spec] = Unavailable(spec, reason)
         return self._models[spec]
 
@@ -234,14 +232,13 @@ class VaultSession:
             else:
                 from pytest_vault.harness.judges import judge_prompt_file, load_judge_prompt
                 from pytest_vault.models.judge import ProviderJudge
-                from pytest_vault.models.providers import redact
 
                 try:
                     prompt = load_judge_prompt(judge_prompt_file(self.options.passports))
                     model = self._provider_model(spec, judge=True)
                     self._judges[spec] = ProviderJudge(model, prompt.prompt)
                 except Exception as exc:  # noqa: BLE001 - unreadable verdicts, not a traceback
-                    reason = scrub_urls(redact(f"{type(exc).__name__}: {exc}"))
+                    reason = safe(f"{type(exc).__name__}: {exc}")
                     self._judges[spec] = BrokenJudge(spec, reason)
         return self._judges[spec]
 
@@ -534,7 +531,6 @@ class VaultSession:
 
         from pytest_vault.models.cache import ResponseCache
         from pytest_vault.models.plan import Planned, plan_run
-        from pytest_vault.models.providers import redact
 
         opts = self.options
         providers: dict[str, ProviderModel | str] = {}
@@ -544,9 +540,7 @@ class VaultSession:
             try:
                 providers[spec] = self._provider_model(spec)
             except Exception as exc:  # noqa: BLE001 - one redacted line, not a traceback
-                providers[spec] = scrub_urls(
-                    redact(f"cannot build the client: {type(exc).__name__}: {exc}")
-                )
+                providers[spec] = safe(f"cannot build the client: {type(exc).__name__}: {exc}")
         built = [m for m in providers.values() if not isinstance(m, str)]
 
         async def close() -> None:

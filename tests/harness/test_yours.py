@@ -6,6 +6,7 @@ import asyncio
 import concurrent.futures
 import json
 import logging
+import os
 import sys
 import threading
 import time
@@ -793,3 +794,37 @@ def test_a_close_past_the_timeout_is_an_error_row_and_the_first_error_stands(
 
     r = run(case(2), lambda ctx: CrashesThenFailsToClose(ctx, "aclose", fails=True), pool)
     assert (r["status"], r["error"]) == ("error", "KeyError: 'boom'")
+
+
+LEAKY = "sk-proj-abcdEFGH1234 {key} at https://user:pw@llm.internal/v1?api-key=k123"
+REDACTED = "[redacted] [redacted] at https://llm.internal/v1"
+
+
+class Leaks:
+    def __init__(self, ctx: AgentContext) -> None:
+        self.ctx = ctx
+
+    async def reply(self, message: str) -> str:
+        raise RuntimeError(LEAKY.format(key=os.environ["OPENAI_API_KEY"]))
+
+
+def test_an_agents_and_a_guards_exceptions_are_redacted_like_a_providers(
+    pool: concurrent.futures.ThreadPoolExecutor,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # They reached the row, JUnit and the terminal verbatim, and a guard's went back to
+    # the model as the tool result (to a real provider, off the machine).
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-live-secret-0123456789")
+    r = run(case(2), Leaks, pool)
+    assert (r["status"], r["error"]) == ("error", f"RuntimeError: {REDACTED}")
+
+    def check(tool: str, arguments: Any) -> bool:
+        raise OSError(LEAKY.format(key="sk-live-secret-0123456789"))
+
+    with caplog.at_level(logging.WARNING, "pytest_vault.guard_under_test"):
+        r = run(case(2), sends(pay()), pool, guard=guard_of(check))
+    said = f"the guard under test (g) raised OSError: {REDACTED}; denied"
+    assert calls_of(r)[0]["result"] == f"Transfer declined: {said}"
+    logged = [x.getMessage() for x in caplog.records if x.name == "pytest_vault.guard_under_test"]
+    assert logged == [f"{said} (tool transfer_funds)"]

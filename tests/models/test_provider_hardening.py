@@ -804,3 +804,20 @@ def test_url_credentials_are_redacted_in_every_form_a_server_echoes() -> None:
         "Incorrect API key provided: Basic [redacted]; user [redacted], password [redacted]"
     )
     assert url_secrets("http://127.0.0.1:9/v1") == ()
+
+
+def test_a_base_urls_query_is_redacted_where_a_server_echoes_it_without_a_scheme() -> None:
+    from pytest_vault.models.providers import _safe, url_secrets
+
+    # OpenAI-style "Invalid URL" errors quote the path and query, not a whole URL.
+    secrets = url_secrets("http://127.0.0.1:9/v1?api-key=k%2F123&deployment=topsecret")
+    echoed = [
+        "Invalid URL (POST /v1/chat/completions?api-key=k%2F123&deployment=topsecret)",
+        "unknown deployment=topsecret",
+        "bad key k/123 or topsecret",
+    ]
+    assert [_safe(e, secrets) for e in echoed] == [
+        "Invalid URL (POST /v1/chat/completions?[redacted])",
+        "unknown [redacted]",
+        "bad key [redacted] or [redacted]",
+    ]

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from pytest_vault.corpus.model import Case
+from pytest_vault.guard.text import redact
 from pytest_vault.harness.agent import evaluate
 from pytest_vault.harness.events import row
 from pytest_vault.harness.levels import load_levels
@@ -19,7 +20,6 @@ from pytest_vault.models.providers import (
     Retry,
     Stats,
     make_wire,
-    redact,
     retry_after,
 )
 from pytest_vault.models.ratelimit import Price, RateLimiter, Spend
