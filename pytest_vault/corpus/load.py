@@ -43,7 +43,9 @@ def read_case(line: str | bytes, source: str) -> Case:
 def load_corpus(path: str | Path, seen: dict[str, str] | None = None) -> list[tuple[int, Case]]:
     """Read a corpus file as (line number, case) pairs; `CorpusError` at the first bad line.
 
-    `seen` maps case ids to where they were first defined, across files.
+    `seen` maps case ids, as shown, to where they were first defined, across files. As
+    shown: test names, rows and reports carry `shown(id)`, and two ids that read the same
+    there (`pay\x1b` and `pay\\x1b`) would be one test, one of their rows lost.
     """
     path = Path(path)
     seen = {} if seen is None else seen
@@ -57,9 +59,10 @@ def load_corpus(path: str | Path, seen: dict[str, str] | None = None) -> list[tu
             continue
         source = f"{path}:{number}"
         case = read_case(line, source)
-        if case.id in seen:
-            raise CorpusError(f"{source}: id: duplicate id {case.id!r} (first at {seen[case.id]})")
-        seen[case.id] = source
+        key = shown(case.id)
+        if key in seen:
+            raise CorpusError(f"{source}: id: duplicate id {key!r} (first at {seen[key]})")
+        seen[key] = source
         cases.append((number, case))
     return cases
 

@@ -55,6 +55,15 @@ def test_bad_lines_name_file_line_and_field(
     assert "\n" not in str(info.value)
 
 
+def test_two_ids_that_read_the_same_once_escaped_are_duplicates(tmp_path: Path) -> None:
+    # One test name, one row: the first case's transfer was lost from the results.
+    path = corpus_file(tmp_path, {**GOOD, "id": "pay\x1b"}, {**GOOD, "id": "pay\\x1b"})
+    with pytest.raises(CorpusError) as info:
+        load_corpus(path)
+    assert str(info.value) == f"{path}:2: id: duplicate id 'pay\\\\x1b' (first at {path}:1)"
+    assert len(load_corpus(corpus_file(tmp_path, {**GOOD, "id": "pay\x1b"}))) == 1
+
+
 def test_case_fields_and_metadata(tmp_path: Path) -> None:
     line = {
         **GOOD,
