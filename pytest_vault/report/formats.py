@@ -45,11 +45,12 @@ FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 def csv_cell(value: Any) -> Any:
     """Numbers stay numbers; any text (dicts as JSON) is shown escaped and, when it
-    starts like a formula, prefixed with `'` so that a spreadsheet shows it as text."""
+    starts like a formula (after any spaces, which some spreadsheets trim on import),
+    prefixed with `'` so that a spreadsheet shows it as text."""
     if value is None or (isinstance(value, int | float) and not isinstance(value, bool)):
         return value
     text = json.dumps(value) if isinstance(value, dict | list) else str(value)
-    return ("'" if text.startswith(FORMULA_START) else "") + shown(text)
+    return ("'" if text.lstrip(" ").startswith(FORMULA_START) else "") + shown(text)
 
 
 def write_csv(result: Mapping[str, Table], folder: Path) -> None:

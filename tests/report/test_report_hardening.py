@@ -241,6 +241,7 @@ def test_csv_numbers_stay_numbers_and_text_that_looks_like_arithmetic_is_text(
     tmp_path: Path,
 ) -> None:
     cells = [-0.25, 3, -7, 1.5e-07, True, None, "-2+3", "plain", " =1", {"=x": 1}, "=\x1b[2J"]
+    cells += ["   @SUM(A1)", "a =1"]
     assert read_csv(cells, tmp_path) == [
         "-0.25",
         "3",
@@ -250,9 +251,11 @@ def test_csv_numbers_stay_numbers_and_text_that_looks_like_arithmetic_is_text(
         "",
         "'-2+3",
         "plain",
-        " =1",
+        "' =1",  # some spreadsheets trim leading spaces on import: a formula then
         '{"=x": 1}',
         "'=\\x1b[2J",
+        "'   @SUM(A1)",
+        "a =1",
     ]
     from pytest_vault.report.formats import csv_cell
 
