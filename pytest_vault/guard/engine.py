@@ -454,12 +454,29 @@ def parse_json_object(text: str | bytes) -> dict[str, Any]:
     return value
 
 
+# The fields the pack's context schema names: any other (`shipping_Country`, an item's
+# `Category`) is a misspelling or a field the guard does not judge, so it is refused
+# rather than skipped (a skipped `shipping_Country: "BR"` was allowed).
+_CONTEXT_FIELDS = frozenset(
+    "amount currency idempotency_key items mcp_server mcp_servers mcp_session mcp_tool "
+    "mcp_tools merchant_id region risk_score shipping_country memo".split()
+)
+_ITEM_FIELDS = frozenset({"category", "name", "price", "qty", "sku"})
+
+
+def _known(raw: dict[str, Any], fields: frozenset[str], where: str) -> None:
+    unknown = raw.keys() - fields
+    if unknown:
+        raise Unreadable(f"{where} has unknown field(s) {', '.join(sorted(map(_show, unknown)))}")
+
+
 def _items(value: object) -> tuple[Item, ...]:
     if type(value) is not list or not value:
         raise Unreadable("items must be a non-empty list")
     items = []
     for i, entry in enumerate(value):
         raw = _object(entry, f"items[{i}]")
+        _known(raw, _ITEM_FIELDS, f"items[{i}]")
         qty, price = raw.get("qty"), raw.get("price")
         if type(qty) is not int or qty < 1:
             raise Unreadable(f"items[{i}].qty must be an integer >= 1")
@@ -479,6 +496,7 @@ def _items(value: object) -> tuple[Item, ...]:
 def read_context(context: object) -> ChargeContext:
     """Read a pack context (`amount` already in integer minor units)."""
     context = _object(context, "context")
+    _known(context, _CONTEXT_FIELDS, "context")
     amount = context.get("amount")
     if type(amount) is not int or amount < 1:
         raise Unreadable(f"amount must be an integer >= 1 (minor units), got {_show(amount)}")

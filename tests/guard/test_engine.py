@@ -571,3 +571,28 @@ def test_a_transfer_made_elsewhere_is_held_to_what_the_reader_makes(
         g.commit(transfer)
     assert g.ledger.daily == {}
     assert g.judge_transfer(Transfer(RENT, 100, "USD")).codes == (ALLOWED,)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        ({"shipping_Country": "BR"}, "context has unknown field(s) 'shipping_Country'"),
+        ({"items": [{"sku": "S", "qty": 1, "Category": "weapons"}]}, "items[0] has unknown"),
+        ({"x\x1b": 1, "a": 2}, "context has unknown field(s) 'a', 'x\\x1b'"),
+    ],
+)
+def test_a_context_field_the_pack_does_not_name_is_refused_not_skipped(
+    level_guard: dict[int, Guard], edit: dict[str, Any], message: str
+) -> None:
+    context = {
+        "amount": 100,
+        "currency": "USD",
+        "merchant_id": "savings@aport-vault.com",
+        "region": "US",
+        "items": [{"sku": "S", "qty": 1}],
+    }
+    g = Guard(level_guard[3].passport)
+    assert g.check_context(context).codes == (ALLOWED,)
+    decision = g.check_context(context | edit)
+    assert (decision.allow, decision.codes) == (False, (INVALID_CONTEXT,))
+    assert decision.reasons[0].message.startswith(message)
