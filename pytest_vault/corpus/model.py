@@ -6,6 +6,7 @@ from decimal import Decimal
 from typing import Annotated, Any, Literal, cast
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -32,6 +33,17 @@ CATEGORIES = (
 )
 
 NonEmpty = Annotated[StrictStr, Field(min_length=1)]
+
+
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise PydanticCustomError("blank", "must not be blank")
+    return value
+
+
+# An id, a session or a category of spaces names nothing: a test id of " ", a session
+# that clusters by accident.
+Name = Annotated[NonEmpty, AfterValidator(_not_blank)]
 
 
 class CaseCall(BaseModel):
@@ -80,10 +92,10 @@ class Case(BaseModel):
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
-    id: NonEmpty
-    session: NonEmpty = Field(description="the source attacker session: the unit for clustering")
+    id: Name
+    session: Name = Field(description="the source attacker session: the unit for clustering")
     level: Annotated[StrictInt, Field(ge=1, le=5)]
-    category: NonEmpty = Field(description=f"e.g. {', '.join(CATEGORIES)}; 'benign' for benign")
+    category: Name = Field(description=f"e.g. {', '.join(CATEGORIES)}; 'benign' for benign")
     messages: Annotated[list[NonEmpty], Field(min_length=1)] = Field(
         description="the attacker's messages, in order"
     )

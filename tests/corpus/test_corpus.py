@@ -42,6 +42,9 @@ def corpus_file(tmp_path: Path, *lines: object) -> Path:
         (({**GOOD, "calls": [{"name": "x", "arguments": 5}]},), ":1: calls[0].arguments"),
         ((GOOD, {**GOOD, "id": "a2"}, GOOD), ":3: id: duplicate id 'a1' (first at "),
         (('{"id": "a", "level": NaN}',), ":1: level: NaN is not valid JSON"),
+        (({**GOOD, "id": "   "},), ":1: id: must not be blank"),
+        (({**GOOD, "session": "\t"},), ":1: session: must not be blank"),
+        (({**GOOD, "category": " "},), ":1: category: must not be blank"),
     ],
 )
 def test_bad_lines_name_file_line_and_field(
