@@ -336,6 +336,9 @@ def _options(config: pytest.Config) -> Options:
         if get("vault_no_cache")
         else Path(get("vault_cache") or config.rootpath / DEFAULT_CACHE).resolve()
     )
+    if cache is not None and cache.exists() and not cache.is_dir():
+        # Else every test fails on its own, after the run has started.
+        raise pytest.UsageError(f"--vault-cache {shown(str(cache))}: not a folder")
     shard = _shard(get("vault_shard"))
     tracks: tuple[Track, ...] = _dedup(
         get("vault_track"), ("A", "B") if attacker is None else ("A", "B", "adaptive")

@@ -92,6 +92,16 @@ def test_every_price_table_field_is_checked(
         assert error.startswith(f"ERROR: {prices}: openai:gpt-fake.{problem}")
 
 
+def test_a_cache_path_that_is_a_file_is_one_usage_error(
+    pytester: pytest.Pytester, corpus: Path
+) -> None:
+    # Else every test failed on its own, once the run had started.
+    cache = pytester.makefile(".txt", cache="not a folder")
+    result = pytester.runpytest(*REPLAY, f"--vault-cache={cache}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert errors(result) == [f"ERROR: --vault-cache {cache}: not a folder"]
+
+
 @pytest.mark.parametrize(
     ("text", "problem"),
     [
