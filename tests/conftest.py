@@ -45,6 +45,15 @@ def level_guard() -> dict[int, Guard]:
 
 # The five events as the tests expect to read them from a row, in this order. Written
 # out here, not imported from the package, so that the tests state them independently.
+# A pack context that Level 3 allows: $1 to its permitted payee.
+CONTEXT = {
+    "amount": 100,
+    "currency": "USD",
+    "merchant_id": "savings@aport-vault.com",
+    "region": "US",
+    "items": [{"sku": "a", "qty": 1}],
+}
+
 EVENTS = (
     "requested",
     "paid",

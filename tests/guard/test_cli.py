@@ -8,6 +8,8 @@ from typing import Any
 
 from pytest_vault.harness.levels import SHIPPED
 
+from ..conftest import CONTEXT
+
 INVALID = "oap.invalid_context"
 
 
@@ -93,13 +95,7 @@ def test_cli_tool_calls_and_malformed_lines() -> None:
 
 
 def test_cli_refuses_a_field_a_line_does_not_have() -> None:
-    context = {
-        "amount": 100,
-        "currency": "USD",
-        "merchant_id": "savings@aport-vault.com",
-        "region": "US",
-        "items": [{"sku": "a", "qty": 1}],
-    }
+    context = CONTEXT
     call = {"recipient": "savings@aport-vault.com", "amount": 1}
     suspended = {"status": "suspended"}
     lines = [
@@ -165,13 +161,7 @@ def test_cli_survives_hostile_lines() -> None:
             "arguments": {"recipient": "savings@aport-vault.com", "amount": 5},
         }
     )
-    context = {
-        "amount": 100,
-        "currency": "USD",
-        "merchant_id": "savings@aport-vault.com",
-        "region": "US",
-        "items": [{"sku": "a", "qty": 1}],
-    }
+    context = CONTEXT
     lines = [
         good,
         '{"x": 1e99999999999999999999}',

@@ -29,6 +29,8 @@ from pytest_vault.guard.passport import load_passport, passport_from_data
 from pytest_vault.guard.text import shown, visible
 from pytest_vault.harness.levels import SHIPPED
 
+from ..conftest import CONTEXT
+
 AUDIT = "audit@aport-vault.com"
 RENT = "rent@aport-vault.com"
 
@@ -584,13 +586,7 @@ def test_a_transfer_made_elsewhere_is_held_to_what_the_reader_makes(
 def test_a_context_field_the_pack_does_not_name_is_refused_not_skipped(
     level_guard: dict[int, Guard], edit: dict[str, Any], message: str
 ) -> None:
-    context = {
-        "amount": 100,
-        "currency": "USD",
-        "merchant_id": "savings@aport-vault.com",
-        "region": "US",
-        "items": [{"sku": "S", "qty": 1}],
-    }
+    context = CONTEXT
     g = Guard(level_guard[3].passport)
     assert g.check_context(context).codes == (ALLOWED,)
     decision = g.check_context(context | edit)

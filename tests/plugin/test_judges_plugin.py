@@ -182,8 +182,16 @@ def test_a_bad_judge_prompt_beside_the_passports_is_a_usage_error(
     )
 
 
-def test_budget_needs_a_price_for_every_real_judge(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("option", "spec"),
+    [
+        ("--vault-judge", "openai:judge-x"),
+        # Unpriced, an attacker's spend counted as $0 and the cap never came.
+        ("--vault-attacker", "openai:attacker-x"),
+    ],
+)
+def test_budget_needs_a_price_for_every_real_judge_and_attacker(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, option: str, spec: str
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", KEYS["OPENAI_API_KEY"])
     prices = pytester.makefile(
@@ -192,32 +200,13 @@ def test_budget_needs_a_price_for_every_real_judge(
     pytester.makefile(".jsonl", attacks=LINES)
     result = pytester.runpytest(
         "--vault-model=openai:a",
-        "--vault-judge=openai:judge-x",
-        f"--vault-prices={prices}",
-        "--vault-budget-usd=1",
-    )
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([f"ERROR: {prices}: no price for openai:judge-x (needed by *"])
-
-
-def test_budget_needs_a_price_for_a_provider_attacker(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Unpriced, its spend counted as $0 and the cap never came (12 requests, all passed).
-    monkeypatch.setenv("OPENAI_API_KEY", KEYS["OPENAI_API_KEY"])
-    prices = pytester.makefile(
-        ".toml", prices='["openai:a"]\ninput_per_mtok = 1\noutput_per_mtok = 2\n'
-    )
-    pytester.makefile(".jsonl", attacks=LINES)
-    result = pytester.runpytest(
-        "--vault-model=openai:a",
-        "--vault-attacker=openai:attacker-x",
+        f"{option}={spec}",
         f"--vault-prices={prices}",
         "--vault-budget-usd=1",
     )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert result.stderr.lines == [
-        f"ERROR: {prices}: no price for openai:attacker-x (needed by --vault-budget-usd)",
+        f"ERROR: {prices}: no price for {spec} (needed by --vault-budget-usd)",
         "",
     ]
 
