@@ -61,17 +61,15 @@ def _decide(guard: Guard, line: bytes, overrides: dict[str, Passport]) -> str:
     # A field the line's kind does not have is refused, never skipped: a dropped
     # `overridePassport` (misspelt, or on a tool line) would judge the wrong passport.
     if "tool" in request:
-        extra = request.keys() - _TOOL_LINE
-        if extra:
-            return decision_json(_unknown(extra, "a tool line"), call=True)
+        if not request.keys() <= _TOOL_LINE:
+            return decision_json(_unknown(request.keys() - _TOOL_LINE, "a tool line"), call=True)
         return decision_json(guard.check_call(request["tool"], request.get("arguments")), call=True)
     if "context" not in request:
         return decision_json(
             deny(INVALID_CONTEXT, 'line needs "tool" and "arguments", or "context"')
         )
-    extra = request.keys() - _CONTEXT_LINE
-    if extra:
-        return decision_json(_unknown(extra, "a context line"))
+    if not request.keys() <= _CONTEXT_LINE:
+        return decision_json(_unknown(request.keys() - _CONTEXT_LINE, "a context line"))
     if "overridePassport" not in request:
         return decision_json(guard.check_context(request["context"]))
     override = request["overridePassport"]
