@@ -206,11 +206,14 @@ class Unreadable(Exception):
     """A context field the guard cannot read unambiguously (-> oap.invalid_context)."""
 
 
+def _cut(text: str) -> str:
+    """Text cut to a length a message can carry."""
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _show(value: object) -> str:
     text = repr(value)  # escapes what does not print; shown, what prints but is blank
-    if not text.isascii():
-        text = shown(text)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return _cut(text if text.isascii() else shown(text))
 
 
 # Exact types only (`type(v) is str`, never isinstance): a subclass could answer
@@ -265,25 +268,19 @@ def to_minor(amount: Decimal, digits: int) -> int:
     `500.005` and `1.000000000000000000000000000001` are refused, not rounded.
     """
     if not amount.is_finite():
-        raise Unreadable(f"amount {_figure(amount)} is not a finite number")
+        raise Unreadable(f"amount {_cut(str(amount))} is not a finite number")
     if amount <= 0:
-        raise Unreadable(f"amount must be positive, got {_figure(amount)}")
+        raise Unreadable(f"amount must be positive, got {_cut(str(amount))}")
     if amount.adjusted() > _MAX_ADJUSTED:
-        raise Unreadable(f"amount {_figure(amount)} is out of range")
+        raise Unreadable(f"amount {_cut(str(amount))} is out of range")
     figures = amount.as_tuple()
     if len(figures.digits) > _MAX_FIGURES:
         raise Unreadable(f"amount has more than {_MAX_FIGURES} digits")
     # Under _MAX_FIGURES digits, a place this small is never a whole minor unit; checked
     # before the exact ratio, which would build 10**-exponent (1E-999999999 hung here).
     if int(figures.exponent) + digits < -_MAX_FIGURES:
-        raise Unreadable(f"amount {_figure(amount)} has more than {digits} decimal places")
+        raise Unreadable(f"amount {_cut(str(amount))} has more than {digits} decimal places")
     return _scaled(amount, digits)
-
-
-def _figure(amount: Decimal) -> str:
-    """An amount as written, cut to a length a message can carry."""
-    text = str(amount)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _scaled(amount: Decimal, digits: int) -> int:
@@ -292,7 +289,7 @@ def _scaled(amount: Decimal, digits: int) -> int:
     scale: int = 10**digits
     units, rest = divmod(numerator * scale, denominator)
     if rest:
-        raise Unreadable(f"amount {_figure(amount)} has more than {digits} decimal places")
+        raise Unreadable(f"amount {_cut(str(amount))} has more than {digits} decimal places")
     return units
 
 
