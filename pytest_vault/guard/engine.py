@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from time import time as _now
-from typing import Any, NamedTuple, NoReturn, cast
+from typing import Any, NamedTuple, NoReturn
 
 from pytest_vault.guard.passport import (
     ASSURANCE_RANK,
@@ -94,6 +94,7 @@ APPROVAL_CODE = re.compile(
     r"APC-(?<![\w-]APC-)[0-9]{4}-[0-9]{4}"
     r"(?![\w\-\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f])"
 )
+_find_code = APPROVAL_CODE.search
 
 # What the payment tool does not carry comes from these documented defaults, never
 # from the model: the region is the passport's first region, and the transfer is
@@ -111,6 +112,8 @@ _MAX_FIGURES = 40  # nor amounts written with more digits than any real one has
 _INT_CEILING = 10 ** (_MAX_ADJUSTED + 1)
 _FLOAT_CEILING = float(_INT_CEILING)  # exact: a power of ten below 2**53 * 2**11
 _EXACT_UNITS = 10**15  # minor units a float names exactly by its nearest value (DBL_DIG)
+# 10**digits by a currency's minor digits: an index, not a power, per decision.
+_SCALE: tuple[int, ...] = tuple(10**d for d in range(max(MINOR_DIGITS.values()) + 1))
 
 
 # Value types are NamedTuples: immutable (what executes cannot be edited after the
@@ -176,7 +179,7 @@ _MISSING = object()
 
 
 def deny(code: str, message: str, transfer: Transfer | None = None) -> Decision:
-    return Decision(False, (Reason(code, message),), transfer)
+    return _new(Decision, (False, (_new(Reason, (code, message)),), transfer))
 
 
 _ALLOW_REASON = (Reason(ALLOWED, "Transaction within limits and policy requirements"),)
@@ -295,29 +298,26 @@ def _scaled(amount: Decimal, digits: int) -> int:
 
 def _minor(value: object, digits: int) -> int:
     """`to_minor(_decimal(value), digits)`, without the general path for common amounts."""
-    kind = type(value)
     # An int or float in (0, 10**16) passes every range check, and a float's repr has at
-    # most 17 figures: only the decimal places remain to check.
-    if kind is int:
-        whole = cast(int, value)
-        if 0 < whole < _INT_CEILING:
-            scale: int = 10**digits
-            return whole * scale
-    elif kind is float:
-        real = cast(float, value)
-        if 0.0 < real < _FLOAT_CEILING:
-            scale = 10**digits
+    # most 17 figures: only the decimal places remain to check. (`type(v) is` narrows
+    # for mypy, where a `cast` would be a function call on every decision.)
+    if type(value) is int:
+        if 0 < value < _INT_CEILING:
+            return value * _SCALE[digits]
+    elif type(value) is float:
+        if 0.0 < value < _FLOAT_CEILING:
+            scale = _SCALE[digits]
             # Exact without Decimal below 10**15 minor units: if u / scale rounds to the
-            # float, both u / scale and repr(real) are decimals of at most 15 figures
-            # that read back as it, so they are equal (DBL_DIG = 15), and real * scale
+            # float, both u / scale and repr(value) are decimals of at most 15 figures
+            # that read back as it, so they are equal (DBL_DIG = 15), and value * scale
             # is within 0.25 of u, so round() finds u. Anything else takes the general
             # path, which also words the refusal.
-            units = round(real * scale)
-            if units < _EXACT_UNITS and units / scale == real:
+            units = round(value * scale)
+            if units < _EXACT_UNITS and units / scale == value:
                 return units
-            return _scaled(Decimal(repr(real)), digits)
-    elif kind is Decimal:  # as the strict reader gives it: no copy needed
-        return to_minor(cast(Decimal, value), digits)
+            return _scaled(Decimal(repr(value)), digits)
+    elif type(value) is Decimal:  # as the strict reader gives it: no copy needed
+        return to_minor(value, digits)
     return to_minor(_decimal(value), digits)
 
 
@@ -695,19 +695,22 @@ class Guard:
     # -- tool calls -------------------------------------------------------------
     def judge_call(self, name: object, arguments: object) -> Decision:
         """Judge a tool call without touching the ledger. Never raises."""
-        return self._call(name, arguments)[0]
+        return self._call(name, arguments, False)
 
-    def _call(self, name: object, arguments: object) -> tuple[Decision, date | None]:
-        """`judge_call`, with the day it was judged on (None if it was not judged)."""
+    def check_call(self, name: object, arguments: object) -> Decision:
+        """Judge a tool call and, if allowed, record it in the ledger. Never raises."""
+        return self._call(name, arguments, True)
+
+    def _call(self, name: object, arguments: object, record: bool) -> Decision:
         try:
             if name != TRANSFER_TOOL:
                 return deny(
                     EVALUATION_ERROR, f"tool {_show(name)} is not a payment tool the guard knows"
-                ), None
+                )
             try:
                 transfer = read_transfer(arguments)
             except Unreadable as exc:
-                return deny(INVALID_CONTEXT, str(exc)), None
+                return deny(INVALID_CONTEXT, str(exc))
             plan = self._plan
             if self._clock is None:  # `_today`, inline on the path every decision takes
                 t = _now()
@@ -718,9 +721,14 @@ class Guard:
             else:
                 today, expired = self._today(plan)
             items, place = plan.transfer_items, plan.transfer_place
-            return self._judge(plan, transfer, items, place, transfer, today, expired), today
+            decision = self._judge(plan, transfer, items, place, transfer, today, expired)
+            if record and decision.allow:
+                # Recorded under the day it was judged on: one clock reading, so the day
+                # whose total was checked is the day it counts towards, even at midnight.
+                self._record(transfer, today)
+            return decision
         except Exception as exc:  # noqa: BLE001 - fail closed on anything unexpected
-            return deny(EVALUATION_ERROR, f"evaluation failed: {type(exc).__name__}"), None
+            return deny(EVALUATION_ERROR, f"evaluation failed: {type(exc).__name__}")
 
     def judge_transfer(self, transfer: Transfer) -> Decision:
         """Judge an already normalized transfer without touching the ledger. Never raises."""
@@ -734,15 +742,6 @@ class Guard:
             return self._judge(plan, transfer, items, place, transfer, *self._today(plan))
         except Exception as exc:  # noqa: BLE001 - fail closed on anything unexpected
             return deny(EVALUATION_ERROR, f"evaluation failed: {type(exc).__name__}")
-
-    def check_call(self, name: object, arguments: object) -> Decision:
-        """Judge a tool call and, if allowed, record it in the ledger."""
-        decision, today = self._call(name, arguments)
-        if decision.allow and decision.transfer is not None and today is not None:
-            # Recorded under the day it was judged on: one clock reading, so the day
-            # whose total was checked is the day it counts towards, even at midnight.
-            self._record(decision.transfer, today)
-        return decision
 
     def commit(self, transfer: Transfer) -> None:
         """Record a transfer that executed (allowed, or executed unguarded); `Unreadable`
@@ -815,11 +814,13 @@ class Guard:
             )
         elif amount > cap[0]:
             reasons += _OVER_TX
-        reasons += items
+        if items:  # mostly empty: a test is cheaper than the concatenation
+            reasons += items
         if not (plan.anyone or payee in plan.payees):
             reasons += plan.forbidden(payee)
-        reasons += place
-        if plan.memo_code and not APPROVAL_CODE.search(memo or ""):
+        if place:
+            reasons += place
+        if plan.memo_code and (memo is None or _find_code(memo) is None):
             reasons += _NO_CODE
         if cap is not None and cap[1] is not None:
             if self.ledger.daily.get((today, currency), 0) + amount > cap[1]:
