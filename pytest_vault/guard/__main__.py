@@ -23,6 +23,7 @@ from pytest_vault.guard.engine import (
     POLICY_ID,
     Decision,
     Guard,
+    Reason,
     Unreadable,
     _show,
     deny,
@@ -30,16 +31,6 @@ from pytest_vault.guard.engine import (
 )
 from pytest_vault.guard.passport import Passport, PassportError, load_passport, passport_from_data
 from pytest_vault.guard.text import utf8_json
-
-
-def _answer(guard: Guard, line: bytes, overrides: dict[str, Passport]) -> str:
-    """One decision for one input line, as its JSON text; malformed lines are denied,
-    never fatal."""
-    try:
-        return _decide(guard, line, overrides)
-    except Exception as exc:  # noqa: BLE001 - fail closed, and keep answering
-        return decision_json(deny(EVALUATION_ERROR, f"evaluation failed: {type(exc).__name__}"))
-
 
 # A line's fields: "name" labels a line (the pack's conformance lines have one).
 _TOOL_LINE = frozenset({"name", "tool", "arguments"})
@@ -51,32 +42,58 @@ def _unknown(fields: set[str], kind: str) -> Decision:
     return deny(INVALID_CONTEXT, f"line: {kind} has no field(s) {names}")
 
 
-def _decide(guard: Guard, line: bytes, overrides: dict[str, Passport]) -> str:
-    try:
-        # The same strict reading as tool arguments: exact decimals, no NaN, no
-        # duplicate keys anywhere on the line.
-        request = parse_json_object(line)
-    except Unreadable as exc:
-        return decision_json(deny(INVALID_CONTEXT, f"line: {exc}"))
-    # A field the line's kind does not have is refused, never skipped: a dropped
-    # `overridePassport` (misspelt, or on a tool line) would judge the wrong passport.
-    if "tool" in request:
-        if not request.keys() <= _TOOL_LINE:
-            return decision_json(_unknown(request.keys() - _TOOL_LINE, "a tool line"), call=True)
-        return decision_json(guard.check_call(request["tool"], request.get("arguments")), call=True)
-    if "context" not in request:
-        return decision_json(
-            deny(INVALID_CONTEXT, 'line needs "tool" and "arguments", or "context"')
-        )
-    if not request.keys() <= _CONTEXT_LINE:
-        return decision_json(_unknown(request.keys() - _CONTEXT_LINE, "a context line"))
-    if "overridePassport" not in request:
-        return decision_json(guard.check_context(request["context"]))
-    override = request["overridePassport"]
-    passport = _override(guard.passport, override, overrides)
-    if isinstance(passport, Decision):
-        return decision_json(passport)
-    return decision_json(guard.check_context(request["context"], passport))
+_SAID_KEPT = 1024  # reasons' JSON kept per run: a flood of distinct ones cannot grow it
+
+
+class _Session:
+    """One run of the command line: the guard, the override passports read so far, and
+    the JSON of the reasons said so far (an attack run repeats a few refusals)."""
+
+    __slots__ = ("guard", "overrides", "said")
+
+    def __init__(self, guard: Guard) -> None:
+        self.guard = guard
+        self.overrides: dict[str, Passport] = {}
+        self.said: dict[tuple[Reason, ...], str] = {}
+
+    def answer(self, line: bytes) -> str:
+        """One decision for one input line, as its JSON text; malformed lines are
+        denied, never fatal."""
+        said = self.said
+        if len(said) >= _SAID_KEPT:
+            said.clear()
+        try:
+            decision, call = self._decide(line)
+            return decision_json(decision, call=call, said=said)
+        except Exception as exc:  # noqa: BLE001 - fail closed, and keep answering
+            return decision_json(deny(EVALUATION_ERROR, f"evaluation failed: {type(exc).__name__}"))
+
+    def _decide(self, line: bytes) -> tuple[Decision, bool]:
+        """The decision for a line, and whether its answer carries `executes` (a tool
+        line's does)."""
+        try:
+            # The same strict reading as tool arguments: exact decimals, no NaN, no
+            # duplicate keys anywhere on the line.
+            request = parse_json_object(line)
+        except Unreadable as exc:
+            return deny(INVALID_CONTEXT, f"line: {exc}"), False
+        guard = self.guard
+        # A field the line's kind does not have is refused, never skipped: a dropped
+        # `overridePassport` (misspelt, or on a tool line) would judge the wrong passport.
+        if "tool" in request:
+            if not request.keys() <= _TOOL_LINE:
+                return _unknown(request.keys() - _TOOL_LINE, "a tool line"), True
+            return guard.check_call(request["tool"], request.get("arguments")), True
+        if "context" not in request:
+            return deny(INVALID_CONTEXT, 'line needs "tool" and "arguments", or "context"'), False
+        if not request.keys() <= _CONTEXT_LINE:
+            return _unknown(request.keys() - _CONTEXT_LINE, "a context line"), False
+        if "overridePassport" not in request:
+            return guard.check_context(request["context"]), False
+        passport = _override(guard.passport, request["overridePassport"], self.overrides)
+        if isinstance(passport, Decision):
+            return passport, False
+        return guard.check_context(request["context"], passport), False
 
 
 # `Decision.to_dict` as compact JSON (`json.dumps(..., ensure_ascii=False,
@@ -90,11 +107,21 @@ def _optional(text: str | None) -> str:
     return "null" if text is None else _quote(text)
 
 
-def decision_json(decision: Decision, *, call: bool = False) -> str:
-    """The JSON text of `decision.to_dict(call=call)`."""
-    reasons = ",".join(
-        [f'{{"code":{_quote(r.code)},"message":{_quote(r.message)}}}' for r in decision.reasons]
-    )
+def _reasons(reasons: tuple[Reason, ...]) -> str:
+    return ",".join([f'{{"code":{_quote(r.code)},"message":{_quote(r.message)}}}' for r in reasons])
+
+
+def decision_json(
+    decision: Decision, *, call: bool = False, said: dict[tuple[Reason, ...], str] | None = None
+) -> str:
+    """The JSON text of `decision.to_dict(call=call)`; `said` keeps the reasons' JSON
+    by their value, for a caller that answers many decisions."""
+    why = decision.reasons
+    reasons = None if said is None else said.get(why)
+    if reasons is None:
+        reasons = _reasons(why)
+        if said is not None:
+            said[why] = reasons
     head = '{"allow":true,"reasons":[' if decision.allow else '{"allow":false,"reasons":['
     if not call:
         return f"{head}{reasons}]{_POLICY}}}"
@@ -240,10 +267,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for w in caught:
         print(f"WARNING: {w.message}", file=sys.stderr)
 
-    overrides: dict[str, Passport] = {}
     source, sink = sys.stdin.fileno(), sys.stdout.buffer
     try:
-        _serve(guard, source, sink, overrides)
+        _serve(_Session(guard), source, sink)
     except BrokenPipeError:  # the reader went away (`| head`): not every line answered
         # Python's own recipe: stdout to devnull, so the flush at exit raises nothing.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -251,7 +277,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _serve(guard: Guard, source: int, sink: BinaryIO, overrides: dict[str, Passport]) -> None:
+def _serve(session: _Session, source: int, sink: BinaryIO) -> None:
     """Read what is available, answer every complete line, flush once per chunk: a
     caller feeding one line at a time (a co-process) gets its answer at once, and a
     file of 100,000 lines is not paid for with 100,000 flushes. Only the new chunk is
@@ -265,11 +291,11 @@ def _serve(guard: Guard, source: int, sink: BinaryIO, overrides: dict[str, Passp
             continue
         lines = bytes(pending[:end]).split(b"\n")
         del pending[: end + 1]
-        answers = [_answer(guard, line, overrides) for line in lines]
+        answers = [session.answer(line) for line in lines]
         sink.write(_utf8("\n".join(answers) + "\n"))
         sink.flush()
     if pending.strip():  # a last line without its newline is still a line
-        sink.write(_utf8(_answer(guard, bytes(pending), overrides) + "\n"))
+        sink.write(_utf8(session.answer(bytes(pending)) + "\n"))
         sink.flush()
 
 

@@ -425,13 +425,27 @@ def _reject_constant(name: str) -> Any:
 _STRICT_JSON = json.JSONDecoder(
     parse_float=Decimal, parse_constant=_reject_constant, object_pairs_hook=unique_keys
 )
+# The decoder's own scanner (the very one `decode` calls); typeshed leaves it out.
+_scan: Callable[[str, int], tuple[Any, int]] = _STRICT_JSON.scan_once  # type: ignore[attr-defined]
+
+
+def _strict(text: str) -> Any:
+    """`_STRICT_JSON.decode(text)`: its scanner alone when the value spans the whole text
+    (no whitespace around it), which skips two regex matches. Otherwise the decoder
+    reads it again, for its whitespace rules and its words for what is wrong; the
+    scanner raises all else as the decoder would, since the decoder calls it."""
+    try:
+        value, end = _scan(text, 0)
+    except StopIteration:  # no value at the very start: leading whitespace, or none
+        end = -1
+    return value if end == len(text) else _STRICT_JSON.decode(text)
 
 
 def parse_json_object(text: str | bytes) -> dict[str, Any]:
     """Strict JSON for arguments: decimals stay exact, NaN/Infinity and duplicate keys fail."""
     try:
         # JSON text is UTF-8 (RFC 8259); one decoder, built once, for the hot path.
-        value = _STRICT_JSON.decode(text.decode() if isinstance(text, bytes) else text)
+        value = _strict(text.decode() if isinstance(text, bytes) else text)
     except Unreadable:
         raise
     except DuplicateKey as exc:

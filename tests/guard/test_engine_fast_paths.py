@@ -9,8 +9,9 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from pytest_vault.guard.__main__ import decision_json
+from pytest_vault.guard.__main__ import _SAID_KEPT, _Session, decision_json
 from pytest_vault.guard.engine import (
+    _STRICT_JSON,
     MERCHANT_FORBIDDEN,
     Decision,
     Guard,
@@ -19,6 +20,7 @@ from pytest_vault.guard.engine import (
     Unreadable,
     _decimal,
     _minor,
+    _strict,
     read_transfer,
     to_minor,
 )
@@ -85,7 +87,81 @@ def test_the_cli_writes_each_decision_as_json_dumps_would(
 ) -> None:
     decision = Decision(allow, why, transfer)
     dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-    assert decision_json(decision, call=call) == dumps(decision.to_dict(call=call))
+    said: dict[tuple[Reason, ...], str] = {}
+    expected = dumps(decision.to_dict(call=call))
+    assert decision_json(decision, call=call) == expected
+    # Kept reasons: the first answer fills the memo, the second reads it.
+    assert decision_json(decision, call=call, said=said) == expected
+    assert decision_json(decision, call=call, said=said) == expected
+    assert list(said) == [why]
+
+
+def test_the_reasons_said_are_kept_per_run_and_bounded() -> None:
+    session = _Session(Guard(load_passport(SHIPPED / "level-3.json")))
+    line = '{"tool": "transfer_funds", "arguments": {"recipient": "evil%d@x.test", "amount": 1}}'
+    answers = [json.loads(session.answer((line % n).encode())) for n in range(2500)]
+    assert [a["reasons"][0]["message"] for a in answers[::1000]] == [
+        "Merchant 'evil0@x.test' not in allowlist",
+        "Merchant 'evil1000@x.test' not in allowlist",
+        "Merchant 'evil2000@x.test' not in allowlist",
+    ]
+    assert len(session.said) == 2500 % _SAID_KEPT
+
+
+def _decoded(text: str) -> object:
+    """What reading `text` gives: its value, or the exception's type and words."""
+    try:
+        return ("value", _strict(text))
+    except Exception as exc:  # noqa: BLE001 - the comparison is the point
+        return (type(exc).__name__, str(exc))
+
+
+def _by_decoder(text: str) -> object:
+    try:
+        return ("value", _STRICT_JSON.decode(text))
+    except Exception as exc:  # noqa: BLE001
+        return (type(exc).__name__, str(exc))
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner),
+    max_leaves=8,
+)
+space = st.sampled_from(["", " ", "\n", "\t", "\r\n", "  "])
+
+
+@given(space, json_values, space, st.sampled_from(["", "x", "]", "{}", ",", '"']))
+@example("", {"a": 1}, "", "")
+@example(" ", {"a": 1}, "", "")
+@example("", {"a": 1}, " ", "")
+@example("", {"a": 1}, "", "x")
+def test_the_strict_reader_reads_every_text_as_the_decoder_does(
+    before: str, value: object, after: str, tail: str
+) -> None:
+    text = before + json.dumps(value) + after + tail
+    assert _decoded(text) == _by_decoder(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        " ",
+        "{",
+        '{"a": 1, "a": 2}',
+        '{"a": NaN}',
+        '{"a": 1} {"b": 2}',
+        '{"a": "\x01"}',
+        "[1, 2,]",
+        '"text"',
+        "1e99999999999999999999",
+        "[" * 100_000 + "]" * 100_000,
+        '{"a": 1}\ufeff',
+    ],
+)
+def test_the_strict_reader_refuses_in_the_decoders_words(text: str) -> None:
+    assert _decoded(text) == _by_decoder(text)
 
 
 def test_a_refused_payee_is_worded_the_same_every_time_and_the_words_kept_are_bounded() -> None:
