@@ -331,10 +331,11 @@ def _refuse_keys(arguments: dict[Any, Any]) -> NoReturn:
 
 def read_transfer(arguments: object) -> Transfer:
     """Read `transfer_funds` arguments (a dict, or its JSON text) into a `Transfer`."""
-    if type(arguments) is str or type(arguments) is bytes:
-        arguments = parse_json_object(arguments)
     if type(arguments) is not dict:
-        arguments = _object(arguments, "arguments")  # raises, naming the type
+        if type(arguments) is str or type(arguments) is bytes:
+            arguments = parse_json_object(arguments)
+        else:
+            arguments = _object(arguments, "arguments")  # raises, naming the type
     for name in arguments:
         if type(name) is not str or name not in _TRANSFER_ARGS:
             _refuse_keys(arguments)
