@@ -431,15 +431,18 @@ _scan: Callable[[str, int], tuple[Any, int]] = _STRICT_JSON.scan_once  # type: i
 
 
 def _strict(text: str) -> Any:
-    """`_STRICT_JSON.decode(text)`: its scanner alone when the value spans the whole text
-    (no whitespace around it), which skips two regex matches. Otherwise the decoder
-    reads it again, for its whitespace rules and its words for what is wrong; the
-    scanner raises all else as the decoder would, since the decoder calls it."""
+    """`_STRICT_JSON.decode(text)`, with its scanner alone when the value starts the text
+    and only JSON whitespace follows it (a line's `\r`), which skips two regex matches.
+    Otherwise the decoder reads it again, for its rules on leading whitespace and its
+    words for what is wrong; all else the scanner raises as the decoder would, since
+    the decoder calls it."""
     try:
         value, end = _scan(text, 0)
     except StopIteration:  # no value at the very start: leading whitespace, or none
-        end = -1
-    return value if end == len(text) else _STRICT_JSON.decode(text)
+        return _STRICT_JSON.decode(text)
+    if end != len(text) and text[end:].strip(" \t\n\r"):
+        return _STRICT_JSON.decode(text)  # "Extra data", in the decoder's words
+    return value
 
 
 def parse_json_object(text: str | bytes) -> dict[str, Any]:

@@ -131,11 +131,17 @@ json_values = st.recursive(
 space = st.sampled_from(["", " ", "\n", "\t", "\r\n", "  "])
 
 
-@given(space, json_values, space, st.sampled_from(["", "x", "]", "{}", ",", '"']))
+# After the value: JSON's own whitespace is allowed; other blanks are "Extra data".
+tails = st.sampled_from(["", "x", "]", "{}", ",", '"', "\r", "\u2028", "\x0c", "\xa0", "\u3000"])
+
+
+@given(space, json_values, space, tails)
 @example("", {"a": 1}, "", "")
 @example(" ", {"a": 1}, "", "")
 @example("", {"a": 1}, " ", "")
 @example("", {"a": 1}, "", "x")
+@example("", {"a": 1}, "", "\x0c")
+@example("", {"a": 1}, "\r\n", "\u2028")
 def test_the_strict_reader_reads_every_text_as_the_decoder_does(
     before: str, value: object, after: str, tail: str
 ) -> None:
