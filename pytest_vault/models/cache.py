@@ -6,7 +6,8 @@ temporary name and renamed into place, so a reader never sees half a file and
 concurrent writers (xdist workers) cannot corrupt one another. `fill` asks at most
 once per key across processes: whoever holds the key's lock file asks, the others wait
 for the answer (a lock dies with its process, so a killed run leaves none behind).
-Only responses are stored: never keys, never headers.
+Only responses are stored: never keys, never headers. An answer that cannot be stored
+(a full disk) is still used, and `Unstored` says so: it was paid for.
 
 Every entry is checked against its schema when it is read, and names the request key
 it answers. One that fails (edited, truncated, from an older version, copied under
@@ -117,6 +118,15 @@ def read_entry(data: bytes, key: str) -> Entry | None:
     return entry if entry.key == key else None
 
 
+class Unstored(Exception):
+    """An answer that was paid for but could not be stored (a full disk, a folder where
+    its file goes): the answer is still the evaluation's; the message says why."""
+
+    def __init__(self, entry: Entry, message: str) -> None:
+        super().__init__(message)
+        self.entry = entry
+
+
 class ResponseCache:
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -168,7 +178,12 @@ class ResponseCache:
                 if (hit := self.get(key)) is not None:
                     return hit, True
                 answer = await ask()
-                self.put(answer)
+                try:
+                    self.put(answer)
+                except OSError as exc:
+                    # Never lose what was paid for: the answer stands, the failure is told.
+                    where = self._path(key)
+                    raise Unstored(answer, f"cannot store {where}: {exc.strerror or exc}") from None
                 return answer, False
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)

@@ -54,6 +54,7 @@ from pytest_vault.models.cache import (
     Entry,
     ResponseCache,
     Tokens,
+    Unstored,
     cache_key,
 )
 from pytest_vault.models.ratelimit import RateLimiter, Spend
@@ -696,6 +697,9 @@ class Stats:
     retries: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    # Answers paid for that the cache could not store, and one reason (the least, one line).
+    unstored: int = 0
+    unstored_reason: str | None = None
 
 
 class ProviderModel:
@@ -744,7 +748,15 @@ class ProviderModel:
     async def _answer(self, body: dict[str, Any], key: str, estimate: int) -> Entry:
         if self._cache is None:
             return await self._ask(body, key, estimate)
-        answer, hit = await self._cache.fill(key, lambda: self._ask(body, key, estimate))
+        try:
+            answer, hit = await self._cache.fill(key, lambda: self._ask(body, key, estimate))
+        except Unstored as exc:
+            stats = self._stats
+            stats.unstored += 1
+            # One reason for them all, whichever answer came first: the least.
+            why = safe(str(exc))
+            stats.unstored_reason = min(why, stats.unstored_reason or why)
+            return exc.entry
         self._stats.cache_hits += hit
         return answer
 

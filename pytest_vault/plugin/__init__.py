@@ -659,6 +659,8 @@ def pytest_runtest_makereport(
             "retries": stats.retries,
             "cache_hits": stats.cache_hits,
             "spent_usd": vault.spend.spent_usd,
+            "unstored": stats.unstored,
+            "unstored_reason": stats.unstored_reason,
         }
     return report
 
@@ -845,6 +847,14 @@ def pytest_terminal_summary(
     for label, path in (("results", vault.options.results), ("report", vault.options.report)):
         if path is not None:
             terminalreporter.write_line(f"{label}: {shown(path)}")
+    unstored = vault.unstored_answers()
+    if unstored is not None:
+        count, reason = unstored
+        terminalreporter.write_line(
+            f"cache: {count} answer(s) paid for could not be stored (used in this run, asked "
+            f"again next run): {shown(reason)}",
+            yellow=True,
+        )
     gate = config.stash.get(GATE, None)
     if gate is not None:
         from pytest_vault.report.baseline import render as render_gate
@@ -878,7 +888,12 @@ class XdistHooks:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         info = getattr(report, "vault", None)
         if report.when == "call" and isinstance(info, dict) and _is_controller(self.config):
-            self.config.stash[VAULT].store.add(report.nodeid, info["row"])
+            vault = self.config.stash[VAULT]
+            vault.store.add(report.nodeid, info["row"])
+            if info["unstored"]:  # a worker's running count: its latest report has it
+                node = getattr(report, "node", None)
+                worker = str(getattr(getattr(node, "gateway", None), "id", "main"))
+                vault.unstored[worker] = (info["unstored"], info["unstored_reason"])
 
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         output = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT, {})

@@ -150,6 +150,8 @@ class VaultSession:
     # One (name, value) user property shared by every test that records it: most values
     # repeat (False, None, "completed"), and 12 tuples per test add up at 87,420 tests.
     _properties: dict[tuple[str, type, object], tuple[str, object]] = field(default_factory=dict)
+    # Answers the cache could not store, per xdist worker (controller): count, a reason.
+    unstored: dict[str, tuple[int, str | None]] = field(default_factory=dict)
 
     @property
     def levels(self) -> dict[int, Level]:
@@ -448,6 +450,18 @@ class VaultSession:
             # An agent thread still stuck in `reply` must not hold pytest's exit.
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
+
+    def unstored_answers(self) -> tuple[int, str] | None:
+        """Answers paid for that no cache file holds (this process's and the workers'),
+        and one reason for them; None when there were none."""
+        counts = [*self.unstored.values()]
+        if self._stats is not None and self._stats.unstored:
+            counts.append((self._stats.unstored, self._stats.unstored_reason))
+        total = sum(n for n, _ in counts)
+        if not total:
+            return None
+        # One reason, the same whichever worker reported first.
+        return total, min((why for _, why in counts if why), default="unknown")
 
     def decode_record(self) -> dict[str, dict[str, Any]]:
         """Per model: decode settings sent, not sent, renamed, and left at defaults."""

@@ -503,9 +503,32 @@ def test_a_cache_write_that_fails_at_any_step_leaves_no_partial_file(
         monkeypatch.setattr(Path, "open", open_)
     else:
         monkeypatch.setattr(f"pytest_vault.models.cache.os.{step}", _no_space)
-    r = run(model("openai", cache=tmp_path), case(ATTACK))
-    assert (r["status"], r["error"]) == ("error", "OSError: [Errno 28] No space left on device")
+    stats = Stats()
+    r = run(model("openai", cache=tmp_path, stats=stats), case(ATTACK))
+    # The answers were paid for: the evaluation uses them, as it would uncached, and the
+    # run is told that they were not stored (the row of an error lost them).
+    assert without_latency(r) == without_latency(run(model("openai"), case(ATTACK)))
+    assert (r["status"], r["error"], stats.unstored) == ("completed", None, 2)
+    assert stats.unstored_reason is not None
+    assert stats.unstored_reason.startswith(f"cannot store {tmp_path}/responses/")
+    assert stats.unstored_reason.endswith(".json: No space left on device")
     assert [p.name for p in tmp_path.rglob("*") if p.is_file() and p.suffix != ".lock"] == []
+
+
+def test_an_entry_path_that_is_a_folder_keeps_the_answer_and_says_why(
+    fake: FakeProvider, tmp_path: Path
+) -> None:
+    c = case(ATTACK)
+    first = run(model("openai", cache=tmp_path), c)
+    entries = sorted(tmp_path.rglob("*.json"))
+    for entry in entries:  # what stood there becomes a folder: no file can be put there
+        entry.unlink()
+        (entry / "x").mkdir(parents=True)
+    asked, stats = len(fake.requests), Stats()
+    again = run(model("openai", cache=tmp_path, stats=stats), c)
+    assert without_latency(again) == without_latency(first)
+    assert (len(fake.requests) - asked, stats.cache_hits, stats.unstored) == (2, 0, 2)
+    assert stats.unstored_reason == f"cannot store {entries[0]}: Is a directory"
 
 
 # -- defect 2: a cache entry is read against its schema -----------------------------------

@@ -244,3 +244,37 @@ def test_a_payment_before_the_cap_is_not_skipped_away(
     )
     [row] = read_results(pytester.path / "out.parquet")[0]
     assert (row["status"], row["unpermitted"], row["paid"]) == ("not_run", True, True)
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_answers_the_cache_cannot_store_are_used_and_told_in_the_summary(
+    pytester: pytest.Pytester, fake: FakeProvider, corpus: Path, workers: list[str]
+) -> None:
+    openai = ("-p", "no:cacheprovider", "-p", "no:randomly", "--vault-model=openai:gpt-fake")
+    first = pytester.runpytest_subprocess(
+        *openai, "--vault-cache=cache", "--vault-results=a.parquet"
+    )
+    first.assert_outcomes(passed=48)
+    entries = sorted((pytester.path / "cache").rglob("*.json"))
+    for entry in entries:  # a folder where each answer's file goes: none can be stored
+        entry.unlink()
+        entry.mkdir()
+    asked = len(fake.requests)
+    again = pytester.runpytest_subprocess(
+        *openai, *workers, "--vault-cache=cache", "--vault-results=b.parquet"
+    )
+    # Every answer was asked again and used: the same rows, none an error.
+    again.assert_outcomes(passed=48)
+    (a, _), (b, _) = (read_results(pytester.path / f) for f in ("a.parquet", "b.parquet"))
+    assert sorted(map(str, without_latency(b))) == sorted(map(str, without_latency(a)))
+    assert {r["status"] for r in b} == {"completed"}
+    # Every answer paid for is counted: at least one per entry, more when two evaluations
+    # that share a request asked it one after the other (nothing was stored between).
+    paid = len(fake.requests) - asked
+    assert paid >= len(entries)
+    [told] = [x for x in again.outlines if x.startswith("cache: ")]
+    assert told == (
+        f"cache: {paid} answer(s) paid for could not be stored (used in this run, "
+        f"asked again next run): cannot store {min(map(str, entries))}: Is a directory"
+    )
+    assert not [x for x in first.outlines if x.startswith("cache: ")]
