@@ -183,11 +183,15 @@ def _field_path(loc: tuple[int | str, ...]) -> str:
     return out or "(root)"
 
 
+# pydantic's words where they name its internals rather than the problem.
+_WORDS = {"string_unicode": "not valid Unicode text (it holds a lone surrogate)"}
+
+
 def describe(error: ValidationError) -> str:
     """The first problem of a validation error as `field: message` on one line."""
     first = error.errors()[0]
     loc = tuple(first["loc"])
-    msg = shown(re.sub(r"\s+", " ", str(first["msg"])))
+    msg = _WORDS.get(first["type"]) or shown(re.sub(r"\s+", " ", str(first["msg"])))
     # Errors raised in a model validator carry their own field in the message.
     if not loc and ": " in msg:
         return msg.removeprefix("Value error, ")

@@ -45,6 +45,14 @@ def corpus_file(tmp_path: Path, *lines: object) -> Path:
         (({**GOOD, "id": "   "},), ":1: id: must not be blank"),
         (({**GOOD, "session": "\t"},), ":1: session: must not be blank"),
         (({**GOOD, "category": " "},), ":1: category: must not be blank"),
+        (
+            ({**GOOD, "id": "a\ud800"},),
+            ":1: id: not valid Unicode text (it holds a lone surrogate)",
+        ),
+        (
+            ({**GOOD, "messages": ["ok", "\udc00"]},),
+            ":1: messages[1]: not valid Unicode text (it holds a lone surrogate)",
+        ),
     ],
 )
 def test_bad_lines_name_file_line_and_field(

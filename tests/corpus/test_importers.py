@@ -324,8 +324,7 @@ def test_a_case_that_does_not_fit_the_format_is_one_line() -> None:
             provenance={"package": "p"},
         )
     assert str(info.value) == (
-        "p: case 'x\\x1b': messages[0]: Input should be a valid string,"
-        " unable to parse raw data as a unicode string"
+        "p: case 'x\\x1b': messages[0]: not valid Unicode text (it holds a lone surrogate)"
     )
 
 
