@@ -698,8 +698,7 @@ class Progress:
         self.not_run += info["status"] == "not_run"
         self.tokens_in += info["input_tokens"]
         self.tokens_out += info["output_tokens"]
-        worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "main")
-        self.workers[str(worker)] = {k: info[k] for k in self.WORKER_FIELDS}
+        self.workers[_worker(report)] = {k: info[k] for k in self.WORKER_FIELDS}
         now = time.monotonic()
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if now - self.last >= self.every and reporter is not None:
@@ -719,6 +718,11 @@ class Progress:
 
 def _is_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
+
+
+def _worker(report: pytest.TestReport) -> str:
+    """The xdist worker a report came from (`gw0`...), or "main" for this process's own."""
+    return str(getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "main"))
 
 
 def _is_controller(config: pytest.Config) -> bool:
@@ -891,9 +895,7 @@ class XdistHooks:
             vault = self.config.stash[VAULT]
             vault.store.add(report.nodeid, info["row"])
             if info["unstored"]:  # a worker's running count: its latest report has it
-                node = getattr(report, "node", None)
-                worker = str(getattr(getattr(node, "gateway", None), "id", "main"))
-                vault.unstored[worker] = (info["unstored"], info["unstored_reason"])
+                vault.unstored[_worker(report)] = (info["unstored"], info["unstored_reason"])
 
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         output = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT, {})
