@@ -87,6 +87,11 @@ def pointer(*parts: object) -> str:
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
 
 
+def parts(pointer: str) -> list[str]:
+    """The parts of an RFC 6901 JSON pointer, unescaped: `pointer`'s inverse."""
+    return [p.replace("~1", "/").replace("~0", "~") for p in pointer.split("/")[1:]]
+
+
 CHARGE_LIMITS = pointer("limits", CHARGE)
 ALLOWLIST = pointer("limits", CHARGE, "allowed_merchant_ids")
 

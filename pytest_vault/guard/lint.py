@@ -24,6 +24,7 @@ from pytest_vault.guard.diff import (
     level_files,
     money,
     never_matches,
+    parts,
     pointer,
     quoted,
 )
@@ -36,9 +37,12 @@ from pytest_vault.guard.passport import (
     DocumentError,
     Passport,
     PassportError,
+    line_at,
     passport_from_data,
+    problem_loc,
     read_json,
     reason,
+    utf8,
 )
 from pytest_vault.guard.text import shown
 
@@ -51,17 +55,18 @@ class Finding(NamedTuple):
     severity: Severity
     code: str
     message: str
+    # The line the pointer's field is written on (of the deepest part the file holds), so
+    # an editor or a CI annotation can go there; None when the file could not be read.
+    lineno: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return self._asdict()
+        out = self._asdict()
+        out["line"] = out.pop("lineno")
+        return out
 
     def line(self) -> str:
-        return shown(f"{self.file}:{self.pointer}: {self.severity}: {self.message}")
-
-
-def _at(loc: Sequence[int | str]) -> str:
-    # pydantic marks a bad dict key with a trailing "[key]": the pointer is the key's entry.
-    return pointer(*(part for part in loc if part != "[key]"))
+        where = self.file if self.lineno is None else f"{self.file}:{self.lineno}"
+        return shown(f"{where}:{self.pointer}: {self.severity}: {self.message}")
 
 
 def _failure_pointer(data: object) -> str:
@@ -71,20 +76,8 @@ def _failure_pointer(data: object) -> str:
     try:
         Passport.model_validate(data)
     except ValidationError as exc:
-        loc = exc.errors()[0]["loc"]
-        if loc:
-            return _at(loc)
-    else:
-        return ""
-    # The passport's own validator, in its order: the charge limits, then the time zone.
-    if any(c.get("id") == CHARGE for c in data["capabilities"]):
-        if CHARGE not in data["limits"]:
-            return CHARGE_LIMITS
-        try:
-            ChargeLimits.model_validate(data["limits"][CHARGE])
-        except ValidationError as exc:
-            return CHARGE_LIMITS + _at(exc.errors()[0]["loc"])
-    return "/expires_at"
+        return pointer(*problem_loc(data, exc))
+    return ""
 
 
 def _unloadable(file: str, data: object, error: PassportError) -> Finding:
@@ -192,16 +185,24 @@ def _charge(file: str, passport: Passport, limits: ChargeLimits) -> list[Finding
 def lint_document(file: str, document: bytes, *, now: datetime) -> list[Finding]:
     """The findings for one passport's bytes, `file` naming it."""
     try:
-        data = read_json(document)
+        text = utf8(document)
+        data = read_json(text)
     except DocumentError as exc:
-        return [Finding(file, "", "error", "unloadable", shown(f"{exc.where(file)}: {exc}"))]
+        message = shown(f"{exc.where(file)}: {exc}")
+        return [Finding(file, "", "error", "unloadable", message, exc.line)]
     try:
         # The empty allowlist's warning is an error finding here, with its pointer.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            passport = passport_from_data(data, file)
+            passport = passport_from_data(data, file, text)
     except PassportError as exc:
-        return [_unloadable(file, data, exc)]
+        out = [_unloadable(file, data, exc)]
+    else:
+        out = _findings(file, passport, now)
+    return [f._replace(lineno=line_at(text, parts(f.pointer))) for f in out]
+
+
+def _findings(file: str, passport: Passport, now: datetime) -> list[Finding]:
     out: list[Finding] = []
     if passport.status != "active":
         words = f"status is {passport.status}: every call is denied (oap.passport_suspended)"

@@ -20,6 +20,7 @@ import json
 import re
 import tomllib
 import warnings
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
@@ -199,14 +200,44 @@ def describe(error: ValidationError) -> str:
     return f"{_field_path(loc)}: {msg}{more}"
 
 
-def passport_from_data(data: Any, source: str = "<passport>") -> Passport:
-    """Validate a parsed passport; any problem is a one-line `PassportError`."""
+def problem_loc(data: dict[str, Any], error: ValidationError) -> tuple[int | str, ...]:
+    """Where in `data` the first problem of `error` (from `Passport`) is. The passport's
+    own validator names its field only in words: its checks are redone here, in its
+    order (the charge limits, then the time zone), to find it."""
+    loc = _loc(error)
+    if loc:
+        return loc
+    capabilities = data.get("capabilities")
+    limits = data.get("limits")
+    granted = isinstance(capabilities, list) and any(
+        isinstance(c, dict) and c.get("id") == CHARGE for c in capabilities
+    )
+    if granted and isinstance(limits, dict):
+        if CHARGE not in limits:
+            return ("limits", CHARGE)
+        try:
+            ChargeLimits.model_validate(limits[CHARGE])
+        except ValidationError as exc:
+            return ("limits", CHARGE, *_loc(exc))
+    return ("expires_at",)
+
+
+def _loc(error: ValidationError) -> tuple[int | str, ...]:
+    # pydantic marks a bad dict key with a trailing "[key]": the place is the key's entry.
+    return tuple(part for part in error.errors()[0]["loc"] if part != "[key]")
+
+
+def passport_from_data(data: Any, source: str = "<passport>", text: str | None = None) -> Passport:
+    """Validate a parsed passport; any problem is a one-line `PassportError`. With the
+    `text` it was read from, the message names the line of the field too."""
     if not isinstance(data, dict):
-        raise PassportError(f"{source}: (root): expected a JSON object")
+        where = source if text is None else f"{source}:{line_at(text, ())}"
+        raise PassportError(f"{where}: (root): expected a JSON object")
     try:
         passport = Passport.model_validate(data)
     except ValidationError as exc:
-        raise PassportError(f"{source}: {describe(exc)}") from None
+        where = source if text is None else f"{source}:{line_at(text, problem_loc(data, exc))}"
+        raise PassportError(f"{where}: {describe(exc)}") from None
     limits = passport.charge_limits
     if limits is not None and not limits.allowed_merchant_ids:
         warnings.warn(
@@ -235,10 +266,11 @@ def read_passport(path: str | Path) -> tuple[Passport, str]:
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
         raise PassportError(f"{path}: cannot read: {reason(exc)}") from None
     try:
-        value = read_json(data)
+        text = utf8(data)
+        value = read_json(text)
     except DocumentError as exc:
         raise PassportError(f"{exc.where(str(path))}: {exc}") from None
-    return passport_from_data(value, str(path)), sha256(data)
+    return passport_from_data(value, str(path), text), sha256(data)
 
 
 def sha256(data: bytes) -> str:
@@ -256,22 +288,26 @@ class DuplicateKey(ValueError):
     """A JSON object with one key twice: which value was meant cannot be known."""
 
 
-def _duplicate(pairs: list[tuple[str, Any]]) -> str:
-    """The problem with `pairs`, which hold a key twice: that key, quoted safely (repr
-    escapes what is not printable: ESC, a lone surrogate)."""
+def _repeated(pairs: list[tuple[str, Any]]) -> str:
+    """The first key that `pairs`, which hold a key twice, repeat."""
     seen: set[str] = set()
     for key, _ in pairs:
         if key in seen:
-            return f"duplicate key {key!r}"
+            return key
         seen.add(key)
     raise AssertionError("no duplicate key")  # pragma: no cover - called with one
+
+
+def _duplicate(key: str) -> str:
+    # repr escapes what is not printable in the key: ESC, a lone surrogate.
+    return f"duplicate key {key!r}"
 
 
 def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """`object_pairs_hook` refusing duplicate keys, which `json` would let the last win."""
     out = dict(pairs)
     if len(out) != len(pairs):
-        raise DuplicateKey(_duplicate(pairs))
+        raise DuplicateKey(_duplicate(_repeated(pairs)))
     return out
 
 
@@ -298,9 +334,11 @@ class DocumentError(ValueError):
 
 
 class _Bad(NamedTuple):
-    """Stands in the parsed tree for a value that cannot be used, so its field is named."""
+    """Stands in the parsed tree for a value that cannot be used, so its field is named;
+    `key` is the key an object repeats, which is where its line is."""
 
     problem: str
+    key: str | None = None
 
 
 def _number(text: str) -> Decimal | _Bad:
@@ -324,7 +362,8 @@ def _constant(name: str) -> _Bad:
 def _marked_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any] | _Bad:
     out = dict(pairs)
     if len(out) != len(pairs):
-        return _Bad(_duplicate(pairs))
+        key = _repeated(pairs)
+        return _Bad(_duplicate(key), key)
     return out
 
 
@@ -373,7 +412,8 @@ def read_json(document: str | bytes) -> Any:
         node, loc = stack.pop()
         kind = type(node)
         if kind is _Bad:
-            raise DocumentError(f"{_field_path(loc)}: {node.problem}")
+            at = loc if node.key is None else (*loc, node.key)
+            raise DocumentError(f"{_field_path(loc)}: {node.problem}", line_at(text, at))
         if kind is not dict and kind is not list:
             continue
         if len(loc) >= MAX_DEPTH:
@@ -381,6 +421,65 @@ def read_json(document: str | bytes) -> Any:
         children = node.items() if kind is dict else enumerate(node)
         stack.extend(reversed([(child, (*loc, key)) for key, child in children]))
     return value
+
+
+# Where a field is written: json reads no positions, so the text is walked again with the
+# decoder's own scanners for strings and values. Only after it has been read: it never
+# fails, and a document that could not be read has its line from the decoder already.
+_scan_string: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
+_scan_value: Callable[[str, int], tuple[Any, int]] = _READER.scan_once  # type: ignore[attr-defined]
+_INDEX = re.compile(r"0|[1-9][0-9]*")  # an array index in a JSON pointer
+
+
+def line_at(text: str, loc: Sequence[int | str]) -> int:
+    """The line of `text`, a JSON document already read, where the value at `loc` is
+    written: a key by its last occurrence (the one a reader keeps), an item by its index
+    (an int, or a JSON pointer's digits). Where `loc` goes past what the text holds (a
+    field that is missing), the line of the deepest value it reaches."""
+    at = mark = _blank(text, 0)
+    for part in loc:
+        found = _entry(text, at, part)
+        if found is None:
+            break
+        mark, at = found
+    return text.count("\n", 0, mark) + 1
+
+
+def _entry(text: str, at: int, part: int | str) -> tuple[int, int] | None:
+    """Where the entry `part` of the container at `at` starts and where its value does,
+    or None when it holds no such entry."""
+    if text[at] == "{" and isinstance(part, str):
+        found = None
+        pos = _blank(text, at + 1)
+        while text[pos] == '"':
+            key, end = _scan_string(text, pos + 1)
+            value = _blank(text, _blank(text, end) + 1)  # past the colon
+            if key == part:
+                found = (pos, value)
+            pos = _after(text, value)
+        return found
+    index = part if isinstance(part, int) else int(part) if _INDEX.fullmatch(part) else None
+    if text[at] == "[" and index is not None:
+        pos = _blank(text, at + 1)
+        for _ in range(index):
+            if text[pos] == "]":
+                return None
+            pos = _after(text, pos)
+        return None if text[pos] == "]" else (pos, pos)
+    return None
+
+
+def _after(text: str, value: int) -> int:
+    """Past the value at `value` and a comma after it: the next entry, or the bracket."""
+    pos = _blank(text, _scan_value(text, value)[1])
+    return _blank(text, pos + 1) if text[pos] == "," else pos
+
+
+def _blank(text: str, pos: int) -> int:
+    """Past JSON's whitespace (only its four characters) at `pos`."""
+    while pos < len(text) and text[pos] in " \t\n\r":
+        pos += 1
+    return pos
 
 
 # -- strict TOML documents (levels.toml) ------------------------------------------------

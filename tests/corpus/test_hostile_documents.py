@@ -42,8 +42,9 @@ def calls(*arguments: bytes) -> bytes:
 
 
 # id: (one JSON document on one line, the problem, whether its line is known in the
-# document). A problem found in the parsed tree names its field and has no line of its
-# own; a problem in the text (syntax, encoding) has one.
+# document). A problem in the text (syntax, encoding) has the decoder's line; one found in
+# the parsed tree (a duplicate key, a number out of range) names its field, and the text is
+# walked again for the field's line. Nesting too deep is refused before any walk: no line.
 HOSTILE_JSON: dict[str, tuple[bytes, str, bool]] = {
     "arrays-100000-deep": (case_line(b'"x": ' + b"[" * 100_000 + b"]" * 100_000), TOO_DEEP, False),
     "objects-100000-deep": (
@@ -56,17 +57,17 @@ HOSTILE_JSON: dict[str, tuple[bytes, str, bool]] = {
     "exponent-too-large": (
         case_line(calls(b'{"recipient": "r@x.test", "amount": 1.5e99999999999999999999}')),
         "calls[0].arguments.amount: number out of range",
-        False,
+        True,
     ),
     "exponent-too-small": (
         case_line(b'"x": 1e-9999999999999999999'),
         "x: number out of range",
-        False,
+        True,
     ),
-    "integer-5000-digits": (case_line(b'"x": ' + b"9" * 5000), "x: number out of range", False),
-    "NaN": (case_line(b'"x": [1, NaN]'), "x[1]: NaN is not valid JSON", False),
-    "Infinity": (case_line(b'"x": Infinity'), "x: Infinity is not valid JSON", False),
-    "-Infinity": (case_line(b'"x": -Infinity'), "x: -Infinity is not valid JSON", False),
+    "integer-5000-digits": (case_line(b'"x": ' + b"9" * 5000), "x: number out of range", True),
+    "NaN": (case_line(b'"x": [1, NaN]'), "x[1]: NaN is not valid JSON", True),
+    "Infinity": (case_line(b'"x": Infinity'), "x: Infinity is not valid JSON", True),
+    "-Infinity": (case_line(b'"x": -Infinity'), "x: -Infinity is not valid JSON", True),
     "invalid-utf8": (
         case_line(b'"x": "\xff"'),
         "not valid UTF-8: byte 0xff at column 85",
@@ -90,11 +91,11 @@ HOSTILE_JSON: dict[str, tuple[bytes, str, bool]] = {
     ),
     "unterminated": (b'{"id": "x', "invalid JSON: Unterminated string starting at column 8", True),
     # Duplicate keys at every depth: the first object (in document order) holding one.
-    "duplicate-at-root": (case_line(b'"level": 5'), "(root): duplicate key 'level'", False),
+    "duplicate-at-root": (case_line(b'"level": 5'), "(root): duplicate key 'level'", True),
     "duplicate-in-a-call": (
         case_line(b'"calls": [{"name": "a", "name": "transfer_funds"}]'),
         "calls[0]: duplicate key 'name'",
-        False,
+        True,
     ),
     "duplicate-in-arguments": (
         case_line(
@@ -104,48 +105,48 @@ HOSTILE_JSON: dict[str, tuple[bytes, str, bool]] = {
             )
         ),
         "calls[1].arguments: duplicate key 'recipient'",
-        False,
+        True,
     ),
     "duplicate-deep-in-arguments": (
         case_line(calls(b'{"memo": {"a": [{"b": 1, "b": 2}]}}')),
         "calls[0].arguments.memo.a[0]: duplicate key 'b'",
-        False,
+        True,
     ),
     "duplicate-in-metadata": (
         case_line(b'"technique": {"t": 1, "t": 2}'),
         "technique: duplicate key 't'",
-        False,
+        True,
     ),
     "outer-duplicate-first": (
         case_line(calls(b'{"a": 1, "a": 2}') + b', "kind": "attack", "kind": "benign"'),
         "(root): duplicate key 'kind'",
-        False,
+        True,
     ),
     # Keys are quoted safely, in the message and in the field path.
     "duplicate-escape-key": (
         case_line(b'"\\u001b[2J": 1, "\\u001b[2J": 2'),
         "(root): duplicate key '\\x1b[2J'",
-        False,
+        True,
     ),
     "duplicate-surrogate-key": (
         case_line(calls(b'{"\\ud800": 1, "\\ud800": 2}')),
         "calls[0].arguments: duplicate key '\\ud800'",
-        False,
+        True,
     ),
     "duplicate-bidi-key": (
         case_line(b'"\\u202e": 1, "\\u202e": 2'),
         "(root): duplicate key '\\u202e'",
-        False,
+        True,
     ),
     "duplicate-newline-key": (
         case_line(b'"a\\nb": 1, "a\\nb": 2'),
         "(root): duplicate key 'a\\nb'",
-        False,
+        True,
     ),
     "path-through-hostile-keys": (
         case_line(b'"\\u001b]0;pwned\\u0007": {"\\ud800": {"k": 1, "k": 2}}'),
         "\\x1b]0;pwned\\x07.\\ud800: duplicate key 'k'",
-        False,
+        True,
     ),
 }
 
@@ -405,7 +406,7 @@ def test_every_error_message_escapes_what_it_quotes(tmp_path: Path) -> None:
     (tmp_path / "p.json").write_text(passport)
     with pytest.raises(PassportError) as info:
         load_passport(tmp_path / "p.json")
-    assert str(info.value) == f"{tmp_path}/p.json: \\x1b[2J: Extra inputs are not permitted"
+    assert str(info.value) == f"{tmp_path}/p.json:1: \\x1b[2J: Extra inputs are not permitted"
     named = tmp_path / "c\x1b[2J.jsonl"
     named.write_bytes(b"[1]\n")
     with pytest.raises(CorpusError) as corpus_info:

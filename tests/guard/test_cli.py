@@ -135,7 +135,7 @@ def test_cli_bad_passport_is_one_line(tmp_path: Path) -> None:
     result = run(bad, "")
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1
-    assert result.stderr.startswith(f"error: {bad}: ")
+    assert result.stderr == f"error: {bad}:1: passport_id: Field required (+11 more)\n"
     assert "Traceback" not in result.stderr
 
 

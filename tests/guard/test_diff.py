@@ -472,7 +472,7 @@ def test_bad_inputs_are_one_line_errors(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
     bad = tmp_path / "bad.json"
-    bad.write_text('{"status": "active", "status": "revoked"}')
+    bad.write_text('{\n  "status": "active",\n  "status": "revoked"\n}')
     with pytest.raises(PassportError) as excinfo:
         diff_paths(SHIPPED, SHIPPED / "level-1.json")
     assert str(excinfo.value) == (
@@ -482,7 +482,7 @@ def test_bad_inputs_are_one_line_errors(tmp_path: Path) -> None:
         diff_paths(SHIPPED, empty)
     with pytest.raises(PassportError) as excinfo:
         diff_paths(SHIPPED / "level-1.json", bad)
-    assert str(excinfo.value) == f"{bad}: (root): duplicate key 'status'"
+    assert str(excinfo.value) == f"{bad}:3: (root): duplicate key 'status'"
 
 
 # -- the command line ----------------------------------------------------------------------------

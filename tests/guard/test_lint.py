@@ -18,6 +18,8 @@ from pytest_vault.guard.lint import Finding, lint_paths
 from pytest_vault.guard.passport import PassportError, read_passport
 from pytest_vault.harness.levels import SHIPPED
 
+from .lines import dumped, written_line
+
 L = "/limits/payments.charge"
 ALLOW = f"{L}/allowed_merchant_ids"
 USD = f"{L}/currency_limits/USD"
@@ -37,8 +39,13 @@ def charge(data: dict[str, Any]) -> dict[str, Any]:
 
 def write(tmp_path: Path, data: object, name: str = "p.json") -> Path:
     path = tmp_path / name
-    path.write_text(data if isinstance(data, str) else json.dumps(data))
+    path.write_text(data if isinstance(data, str) else dumped(data))
     return path
+
+
+def at(data: object, pointer: str) -> int:
+    """The line `write` puts the pointer's field on (the oracle's, not the linter's)."""
+    return written_line(data, [int(p) if p.isdigit() else p for p in pointer.split("/")[1:]])
 
 
 def findings(tmp_path: Path, data: object) -> list[tuple[str, str, str]]:
@@ -72,7 +79,9 @@ def test_empty_allowlist_is_an_error(tmp_path: Path) -> None:
         "empty-allowlist",
         "EMPTY allowlist: the published pack reads it as 'any recipient' (fail-open); "
         'write ["*"] if that is meant, or list the recipients',
+        at(data, ALLOW),
     )
+    assert finding.lineno == 29  # as the shipped level-2.json is laid out by `dumped`
 
 
 def test_expiry(tmp_path: Path) -> None:
@@ -136,36 +145,49 @@ def test_a_grant_without_readable_limits_is_the_loaders_error(
     edit(data)
     path = write(tmp_path, data)
     (finding,) = lint_paths([path], now=NOW)
+    line = at(data, where)
     assert finding == Finding(
-        str(path), where, "error", "charge-limits-unreadable", loader_message(path)
+        str(path), where, "error", "charge-limits-unreadable", loader_message(path), line
     )
+    assert finding.message.startswith(f"{path}:{line}: limits.payments.charge")
 
 
 @pytest.mark.parametrize(
-    ("document", "where"),
+    ("document", "where", "line"),
     [
-        ('{"status": ', ""),
-        ('{"a": 1, "a": 2}', ""),
-        (b"\xff{}", ""),
-        ("[]", ""),
-        (json.dumps({**raw(3), "status": "paused"}), "/status"),
-        (json.dumps({k: v for k, v in raw(3).items() if k != "owner_id"}), "/owner_id"),
-        (json.dumps({**raw(3), "regions": ["us"]}), "/regions/0"),
+        ('{"status": ', "", 1),
+        ('{\n  "status": "active",\n\n  "status"', "", 4),
+        ('{"a": 1, "a": 2}', "", 1),
+        ('{\n  "a": {"b": 1},\n  "a": 2\n}', "", 3),
+        ('{\n  "x": [1,\n    1e99999999999999999999]\n}', "", 3),
+        (b"\xff{}", "", 1),
+        (b'{\n  "a": "\xff"}', "", 2),
+        ("[]", "", 1),
+        ("\n\n[\n]", "", 3),
+        # Line None: the oracle's, from where `dumped` writes the field.
+        (dumped({**raw(3), "status": "paused"}), "/status", None),
+        (dumped({k: v for k, v in raw(3).items() if k != "owner_id"}), "/owner_id", None),
+        (dumped({**raw(3), "regions": ["us"]}), "/regions/0", None),
         (
-            json.dumps({**raw(3), "capabilities": [{"id": "payments.charge", "x": 1}]}),
+            dumped({**raw(3), "capabilities": [{"id": "payments.charge", "x": 1}]}),
             "/capabilities/0/x",
+            None,
         ),
-        (json.dumps({**raw(3), "expires_at": "2030-01-01T00:00:00"}), "/expires_at"),
-        (json.dumps({**raw(5), "expires_at": "2030-01-01T00:00:00"}), "/expires_at"),
+        (dumped({**raw(3), "expires_at": "2030-01-01T00:00:00"}), "/expires_at", None),
+        (dumped({**raw(5), "expires_at": "2030-01-01T00:00:00"}), "/expires_at", None),
     ],
 )
 def test_a_passport_that_cannot_be_loaded(
-    tmp_path: Path, document: str | bytes, where: str
+    tmp_path: Path, document: str | bytes, where: str, line: int | None
 ) -> None:
     path = tmp_path / "p.json"
     path.write_bytes(document if isinstance(document, bytes) else document.encode())
+    if line is None:
+        assert isinstance(document, str)
+        line = at(json.loads(document), where)
     (finding,) = lint_paths([path], now=NOW)
-    assert finding == Finding(str(path), where, "error", "unloadable", loader_message(path))
+    assert finding == Finding(str(path), where, "error", "unloadable", loader_message(path), line)
+    assert finding.message.startswith(f"{path}:{line}: ")
 
 
 def test_unloadable_messages_are_the_loaders(tmp_path: Path) -> None:
@@ -173,7 +195,7 @@ def test_unloadable_messages_are_the_loaders(tmp_path: Path) -> None:
     bad = write(tmp_path, {**raw(3), "status": "paused"})
     assert [f.line() for f in lint_paths([missing, bad], now=NOW)] == [
         f"{missing}:: error: {missing}: cannot read: No such file or directory",
-        f"{bad}:/status: error: {bad}: status: Input should be 'draft', 'active', 'suspended' or 'revoked'",
+        f"{bad}:8:/status: error: {bad}:8: status: Input should be 'draft', 'active', 'suspended' or 'revoked'",
     ]
 
 
@@ -277,6 +299,15 @@ def test_findings_of_one_passport_in_order(tmp_path: Path) -> None:
         (f"{ALLOW}/1", "error", "unmatchable-recipient"),
         (USD, "warning", "no-daily-cap"),
     ]
+    # Each on the line of its field, however the file is laid out.
+    found = lint_paths([tmp_path / "p.json"], now=NOW)
+    assert [f.lineno for f in found] == [at(data, f.pointer) for f in found] == [8, 7, 30, 24]
+    compact = tmp_path / "compact.json"
+    compact.write_text(json.dumps(data))
+    assert [f.lineno for f in lint_paths([compact], now=NOW)] == [1, 1, 1, 1]
+    crlf = tmp_path / "crlf.json"
+    crlf.write_bytes(dumped(data).replace("\n", "\r\n").encode())
+    assert [f.lineno for f in lint_paths([crlf], now=NOW)] == [8, 7, 30, 24]
 
 
 # -- files, folders and the command line ------------------------------------------------------
@@ -310,9 +341,10 @@ def test_cli_text_exit_status_and_escaping(
     out, err = capsys.readouterr()
     name = str(bad).replace("\x1b", "\\x1b")
     assert out == (
-        f"{name}:{ALLOW}/1: error: '\\x1b]0;pwned\\x07' can never match: the guard denies such a "
-        "recipient (recipient contains control or invisible characters: '\\x1b]0;pwned\\x07')\n"
-        f"{warn}:/status: warning: status is revoked: every call is denied (oap.passport_suspended)\n"
+        f"{name}:{at(data, ALLOW + '/1')}:{ALLOW}/1: error: '\\x1b]0;pwned\\x07' can never match: "
+        "the guard denies such a recipient (recipient contains control or invisible characters: "
+        "'\\x1b]0;pwned\\x07')\n"
+        f"{warn}:8:/status: warning: status is revoked: every call is denied (oap.passport_suspended)\n"
     )
     assert err == "vault-guard lint: 1 error, 1 warning\n"
     # Warnings alone pass.
@@ -335,6 +367,7 @@ def test_cli_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
                 "code": "empty-allowlist",
                 "message": "EMPTY allowlist: the published pack reads it as 'any recipient' "
                 '(fail-open); write ["*"] if that is meant, or list the recipients',
+                "line": at(data, ALLOW),
             }
         ]
     }

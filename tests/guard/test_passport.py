@@ -7,9 +7,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from pytest_vault.guard.passport import PassportError, PassportWarning, load_passport, read_passport
+from pytest_vault.guard.diff import parts
+from pytest_vault.guard.passport import (
+    PassportError,
+    PassportWarning,
+    line_at,
+    load_passport,
+    read_json,
+    read_passport,
+)
 from pytest_vault.harness.levels import SHIPPED, load_levels
+
+from .lines import dumped, written_line
 
 
 def level2() -> dict[str, Any]:
@@ -19,7 +31,7 @@ def level2() -> dict[str, Any]:
 
 def write(tmp_path: Path, data: object, name: str = "p.json") -> Path:
     path = tmp_path / name
-    path.write_text(data if isinstance(data, str) else json.dumps(data))
+    path.write_text(data if isinstance(data, str) else dumped(data))
     return path
 
 
@@ -93,7 +105,7 @@ def test_shipped_levels() -> None:
             "yes",
             "idempotency_required: Input should be a valid boolean",
         ),
-        ("regions", ["usa"], "regions[0]: String should match pattern"),
+        ("regions.0", "usa", "regions[0]: String should match pattern"),
         ("spec_version", "oap/2.0", "spec_version: Input should be 'oap/1.0'"),
         ("surprise", 1, "surprise: Extra inputs are not permitted"),
         ("expires_at", "2026-01-01T00:00:00", "expires_at: needs a time zone"),
@@ -130,7 +142,9 @@ def test_invalid_passports_are_one_line_errors(
 ) -> None:
     data = level2()
     # Keys may contain dots ("payments.charge"): walk the path by hand.
-    parts = [p.replace("~", ".") for p in path.split(".")]
+    parts: list[int | str] = [
+        int(p) if p.isdigit() else p.replace("~", ".") for p in path.split(".")
+    ]
     node: Any = data
     for part in parts[:-1]:
         node = node[part]
@@ -143,7 +157,8 @@ def test_invalid_passports_are_one_line_errors(
         load_passport(file)
     text = str(info.value)
     assert "\n" not in text
-    assert text.startswith(f"{file}: ")
+    # The line of the field (of the object that lacks it, when it is missing).
+    assert text.startswith(f"{file}:{written_line(data, parts)}: ")
     assert message in text
 
 
@@ -151,7 +166,8 @@ def test_invalid_passports_are_one_line_errors(
     ("content", "message"),
     [
         ("{", ":1: invalid JSON: Expecting property name enclosed in double quotes at column 2"),
-        ("[]", ": (root): expected a JSON object"),
+        ("[]", ":1: (root): expected a JSON object"),
+        ("\n\n  [\n]", ":3: (root): expected a JSON object"),
         ("\n\n  nope", ":3: invalid JSON: Expecting value at column 3"),
     ],
 )
@@ -173,8 +189,10 @@ def test_duplicate_allowlist_cannot_widen_a_passport(tmp_path: Path) -> None:
     file = write(tmp_path, text)
     with pytest.raises(PassportError) as info:
         load_passport(file)
+    line = next(n for n, t in enumerate(text.splitlines(), 1) if '["*"], "allowed_merchant' in t)
+    assert line > 1
     assert str(info.value) == (
-        f"{file}: limits.payments.charge: duplicate key 'allowed_merchant_ids'"
+        f"{file}:{line}: limits.payments.charge: duplicate key 'allowed_merchant_ids'"
     )
 
 
@@ -261,3 +279,91 @@ def test_read_passport_digests_the_bytes_it_parsed(tmp_path: Path) -> None:
     passport, digest = read_passport(path)
     assert passport == load_passport(SHIPPED / "level-2.json")
     assert digest == "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+# -- the line a field is written on --------------------------------------------------------------
+
+
+class _Layout:
+    """An independent writer: the JSON text of a value, one entry a line after a drawn
+    number of blank lines, and the line it put each entry's path on."""
+
+    def __init__(self, gaps: list[int], newline: str) -> None:
+        self.parts: list[str] = []
+        self.line, self.lines, self.gaps, self.newline = 1, {}, gaps, newline
+        self.entries = 0
+
+    def _break(self) -> None:
+        blank = self.gaps[self.entries % len(self.gaps)] if self.gaps else 0
+        self.entries += 1
+        for _ in range(1 + blank):
+            self.parts.append(self.newline)
+            self.line += 1
+
+    def write(self, value: Any, path: tuple[int | str, ...] = ()) -> None:
+        if path == ():
+            self._break()
+            self.lines[path] = self.line
+        if isinstance(value, dict | list):
+            self.parts.append("{" if isinstance(value, dict) else "[")
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for n, (key, child) in enumerate(items):
+                self.parts.append("," if n else "")
+                self._break()
+                self.lines[(*path, key)] = self.line
+                if isinstance(value, dict):
+                    self.parts.append(json.dumps(key, ensure_ascii=False) + " :\t")
+                self.write(child, (*path, key))
+            self._break()
+            self.parts.append("}" if isinstance(value, dict) else "]")
+        else:
+            self.parts.append(json.dumps(value, ensure_ascii=False))
+
+
+# Text that looks like structure: quotes, escapes, brackets, separators, line separators
+# that are not JSON's newlines.
+_TRICKY = st.text(alphabet=st.sampled_from('ab"\\{}[]:, /~\n\u2028\x1b'), max_size=6)
+_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | _TRICKY,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_TRICKY, inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    value=_VALUES,
+    gaps=st.lists(st.integers(0, 2), max_size=5),
+    newline=st.sampled_from(["\n", "\r\n"]),
+)
+def test_every_entry_is_found_on_the_line_it_is_written(
+    value: Any, gaps: list[int], newline: str
+) -> None:
+    layout = _Layout(gaps, newline)
+    layout.write(value)
+    text = "".join(layout.parts)
+    assert read_json(text) == value
+    for path, line in layout.lines.items():
+        assert line_at(text, path) == line
+        # Past what the text holds: the deepest entry it reaches.
+        assert line_at(text, (*path, "\x00not a key")) == line
+        assert line_at(text, (*path, 10**6)) == line
+
+
+@pytest.mark.parametrize(
+    ("text", "loc", "line"),
+    [
+        ('{"a": 1,\n "a": 2}', ["a"], 2),  # the last occurrence: the one a reader keeps
+        ('{"a": {"b": 1},\n "a": {\n "c": 2}}', ["a", "b"], 2),  # ... and only it is walked
+        ("[0,\n1,\n 2]", ["2"], 3),  # a pointer's digits index an array
+        ("[0,\n1,\n 2]", ["02"], 1),  # but not with a leading zero
+        ('{"2": 0,\n "x": 1}', [2], 1),  # an int does not name a key
+        ('{"a/b": 0,\n "c~d": 1}', parts("/c~0d"), 2),
+        ('{"a/b": 0,\n "c~d": 1}', parts("/a~1b"), 1),
+        ('{"s": "}\\"\\n{",\n "t": 1}', ["t"], 2),  # an escaped quote, brackets in a string
+        ("\n\n  7", [], 3),
+    ],
+)
+def test_the_line_of_an_entry(text: str, loc: list[int | str], line: int) -> None:
+    json.loads(text)  # each text is JSON (a duplicate key aside)
+    assert line_at(text, loc) == line
