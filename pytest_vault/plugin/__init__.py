@@ -339,6 +339,15 @@ def _options(config: pytest.Config) -> Options:
     if cache is not None and cache.exists() and not cache.is_dir():
         # Else every test fails on its own, after the run has started.
         raise pytest.UsageError(f"--vault-cache {shown(str(cache))}: not a folder")
+    if (
+        cache is not None
+        and not config.getoption("collectonly")  # asks nothing: makes no folder either
+        and any(
+            not m.startswith(("scripted:", "agent:"))  # a provider: its answers are cached
+            for m in [*models, *judges, *([attacker] if attacker else [])]
+        )
+    ):
+        _writable(cache)
     shard = _shard(get("vault_shard"))
     tracks: tuple[Track, ...] = _dedup(
         get("vault_track"), ("A", "B") if attacker is None else ("A", "B", "adaptive")
@@ -383,6 +392,23 @@ def _options(config: pytest.Config) -> Options:
         else None,
         judges=judges,
     )
+
+
+def _writable(cache: Path) -> None:
+    """The cache folder, made if need be, takes a file: else (a file in its path, a folder
+    without write permission, a read-only mount) every evaluation fails on its own."""
+    import tempfile
+
+    from pytest_vault.guard.passport import reason
+
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=cache):
+            pass
+    except OSError as exc:
+        raise pytest.UsageError(
+            f"--vault-cache {shown(str(cache))}: cannot write there: {reason(exc)}"
+        ) from None
 
 
 def _judges(config: pytest.Config, base_url: str | None) -> tuple[str, ...]:

@@ -102,6 +102,32 @@ def test_a_cache_path_that_is_a_file_is_one_usage_error(
     assert errors(result) == [f"ERROR: --vault-cache {cache}: not a folder"]
 
 
+def test_a_cache_folder_that_cannot_be_written_is_one_usage_error(
+    pytester: pytest.Pytester, corpus: Path, fake: FakeProvider
+) -> None:
+    # A file in the folder's path (or no write permission, a read-only mount): every
+    # evaluation of a provider model failed on its own, an error row each.
+    blocker = pytester.makefile(".txt", blocker="a file")
+    cache = blocker / "cache"
+    result = pytester.runpytest("--vault-model=openai:gpt-fake", f"--vault-cache={cache}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert errors(result) == [f"ERROR: --vault-cache {cache}: cannot write there: Not a directory"]
+    assert fake.requests == []
+    # The control models ask no provider: they use no cache, and need none.
+    result = pytester.runpytest(*REPLAY, f"--vault-cache={cache}")
+    assert result.ret == pytest.ExitCode.OK
+    # A folder the run can make is made, and holds nothing until an answer is stored; not
+    # by --collect-only, which asks nothing.
+    fresh = pytester.path / "new" / "cache"
+    result = pytester.runpytest(
+        "--vault-model=openai:gpt-fake", f"--vault-cache={fresh}", "--collect-only"
+    )
+    assert result.ret == pytest.ExitCode.OK and not (pytester.path / "new").exists()
+    result = pytester.runpytest("--vault-model=openai:gpt-fake", f"--vault-cache={fresh}")
+    assert result.ret == pytest.ExitCode.OK
+    assert fresh.is_dir() and sorted(p.name for p in fresh.iterdir()) == ["responses"]
+
+
 @pytest.mark.parametrize(
     ("text", "problem"),
     [
