@@ -341,7 +341,9 @@ def _options(config: pytest.Config) -> Options:
         raise pytest.UsageError(f"--vault-cache {shown(str(cache))}: not a folder")
     if (
         cache is not None
-        and not config.getoption("collectonly")  # asks nothing: makes no folder either
+        # --collect-only and --vault-plan ask nothing: they make no folder either.
+        and not config.getoption("collectonly")
+        and get("vault_plan") is None
         and any(
             not m.startswith(("scripted:", "agent:"))  # a provider: its answers are cached
             for m in [*models, *judges, *([attacker] if attacker else [])]
