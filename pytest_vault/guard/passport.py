@@ -204,7 +204,7 @@ def problem_loc(data: dict[str, Any], error: ValidationError) -> tuple[int | str
     """Where in `data` the first problem of `error` (from `Passport`) is. The passport's
     own validator names its field only in words: its checks are redone here, in its
     order (the charge limits, then the time zone), to find it."""
-    loc = _loc(error)
+    loc = error_loc(error)
     if loc:
         return loc
     capabilities = data.get("capabilities")
@@ -218,11 +218,11 @@ def problem_loc(data: dict[str, Any], error: ValidationError) -> tuple[int | str
         try:
             ChargeLimits.model_validate(limits[CHARGE])
         except ValidationError as exc:
-            return ("limits", CHARGE, *_loc(exc))
+            return ("limits", CHARGE, *error_loc(exc))
     return ("expires_at",)
 
 
-def _loc(error: ValidationError) -> tuple[int | str, ...]:
+def error_loc(error: ValidationError) -> tuple[int | str, ...]:
     # pydantic marks a bad dict key with a trailing "[key]": the place is the key's entry.
     return tuple(part for part in error.errors()[0]["loc"] if part != "[key]")
 
@@ -509,3 +509,59 @@ def read_toml(data: bytes, source: str) -> dict[str, object]:
         raise PassportError(f"{source}: invalid TOML: number out of range") from None
     except RecursionError:
         raise PassportError(f"{source}: invalid TOML: nested too deeply") from None
+
+
+# A TOML line is found by tomllib itself, not by a tokenizer of ours: TOML's quoting,
+# dotted keys and multi-line values stay tomllib's to read. A prefix of the document is
+# read again (in a binary search) until it holds the field. Bounded, so that a hostile
+# document's error comes at once: at most 64 reads, of documents up to 256 KiB (a
+# levels.toml is a few KiB); past either, the message names the field without a line.
+_TOML_READS, _TOML_LOCATED = 64, 256 * 1024
+
+
+def toml_line(data: bytes, loc: Sequence[int | str]) -> int | None:
+    """The line where the value at `loc` of a TOML document (already read by `read_toml`)
+    starts to be defined (for a field the document lacks, the deepest part it holds), or
+    None when that is the root, or when finding it is past the bounds above."""
+    if len(data) > _TOML_LOCATED:
+        return None
+    lines = utf8(data).split("\n")
+    reads = [0]
+
+    def holds(count: int) -> bool | None:
+        """Whether the first `count` lines hold the field (read to the first point at or
+        after them where they parse); None past the budget."""
+        while True:
+            reads[0] += 1
+            if reads[0] > _TOML_READS:
+                return None
+            try:
+                return _deepest(tomllib.loads("\n".join(lines[:count])), target) == target
+            except (tomllib.TOMLDecodeError, ValueError, RecursionError):
+                count += 1  # inside a multi-line value: its end is where it is read
+
+    target = _deepest(tomllib.loads(utf8(data)), loc)
+    if not target:
+        return None
+    low, high = 1, len(lines)  # the whole document holds it
+    while low < high:
+        middle = (low + high) // 2
+        found = holds(middle)
+        if found is None:
+            return None
+        low, high = (low, middle) if found else (middle + 1, high)
+    return low
+
+
+def _deepest(node: Any, loc: Sequence[int | str]) -> tuple[int | str, ...]:
+    """The longest start of `loc` that `node` holds."""
+    held: list[int | str] = []
+    for part in loc:
+        if isinstance(node, dict) and isinstance(part, str) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        else:
+            break
+        held.append(part)
+    return tuple(held)

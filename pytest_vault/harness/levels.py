@@ -26,10 +26,12 @@ from pytest_vault.guard.passport import (
     Passport,
     PassportError,
     describe,
+    error_loc,
     read_passport,
     read_toml,
     reason,
     sha256,
+    toml_line,
 )
 
 LEVELS = (1, 2, 3, 4, 5)
@@ -69,20 +71,27 @@ def load_levels(folder: str | Path = SHIPPED) -> dict[int, Level]:
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
         raise PassportError(f"{source}: cannot read: {reason(exc)}") from None
     table = read_toml(data, str(source))
+
+    def at(*loc: int | str) -> str:
+        """The file, and the line of the field when the file has one."""
+        line = toml_line(data, loc)
+        return f"{source}" if line is None else f"{source}:{line}"
+
     raw = table.get("level")
     if not isinstance(raw, dict):
-        raise PassportError(f"{source}: level: expected [level.1] ... [level.5] tables")
+        raise PassportError(f"{at('level')}: level: expected [level.1] ... [level.5] tables")
     levels: dict[int, Level] = {}
     for number in LEVELS:
         entry = raw.get(str(number))
         if entry is None:
             raise PassportError(f"{source}: level.{number}: missing")
         if not isinstance(entry, dict):
-            raise PassportError(f"{source}: level.{number}: expected a table")
+            raise PassportError(f"{at('level', str(number))}: level.{number}: expected a table")
         try:
             settings = LevelSettings.model_validate(entry)
         except ValidationError as exc:
-            raise PassportError(f"{source}: level.{number}.{describe(exc)}") from None
+            where = at("level", str(number), *error_loc(exc))
+            raise PassportError(f"{where}: level.{number}.{describe(exc)}") from None
         path = folder / settings.passport
         with warnings.catch_warnings():
             warnings.simplefilter("always")
@@ -97,10 +106,10 @@ def load_levels(folder: str | Path = SHIPPED) -> dict[int, Level]:
             passport_sha256=digest,
             settings_sha256=sha256(data),
         )
-    extra = set(raw) - {str(n) for n in LEVELS}
+    extra = sorted(set(raw) - {str(n) for n in LEVELS})
     if extra:
-        raise PassportError(f"{source}: level.{sorted(extra)[0]}: unknown level (1 to 5)")
+        raise PassportError(f"{at('level', extra[0])}: level.{extra[0]}: unknown level (1 to 5)")
     unknown = sorted(set(table) - {"level"})
     if unknown:  # a setting misplaced outside its [level.N] table is not applied: refused
-        raise PassportError(f"{source}: {unknown[0]}: unknown key (only [level.N] tables)")
+        raise PassportError(f"{at(unknown[0])}: {unknown[0]}: unknown key (only [level.N] tables)")
     return levels

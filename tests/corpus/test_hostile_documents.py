@@ -270,6 +270,10 @@ def test_a_byte_order_mark_is_not_part_of_any_document(tmp_path: Path) -> None:
 TOML = (SHIPPED / "levels.toml").read_text()
 # The line of `[level.3]` in the shipped file, for messages that name a line.
 LEVEL_3 = TOML.splitlines().index("[level.3]") + 1
+# And of the lines a test edits: where a problem in the parsed table is named.
+LEVEL_3_TEMPERATURE = TOML.splitlines().index("temperature = 0.5") + 1
+LEVEL_5 = TOML.splitlines().index("[level.5]") + 1
+LEVEL_5_MAX_TOKENS = TOML.splitlines().index("max_tokens = 256") + 1
 
 
 def levels_folder(folder: Path) -> Path:
@@ -323,36 +327,36 @@ HOSTILE_TOML: dict[str, tuple[bytes, str]] = {
     ),
     "NaN-temperature": (
         TOML.replace("temperature = 0.5", "temperature = nan").encode(),
-        "levels.toml: level.3.temperature: Input should be a finite number",
+        f"levels.toml:{LEVEL_3_TEMPERATURE}: level.3.temperature: Input should be a finite number",
     ),
     # Strict: "0.5" and true (1.0) were read as temperatures; a prompt of spaces as ''.
     "text-temperature": (
         TOML.replace("temperature = 0.5", 'temperature = "0.5"').encode(),
-        "levels.toml: level.3.temperature: Input should be a valid number",
+        f"levels.toml:{LEVEL_3_TEMPERATURE}: level.3.temperature: Input should be a valid number",
     ),
     "bool-temperature": (
         TOML.replace("temperature = 0.5", "temperature = true").encode(),
-        "levels.toml: level.3.temperature: Input should be a valid number",
+        f"levels.toml:{LEVEL_3_TEMPERATURE}: level.3.temperature: Input should be a valid number",
     ),
     "blank-prompt": (
         _prompt_of_level_3('"  \\n "').encode(),
-        "levels.toml: level.3.system_prompt: String should have at least 1 character",
+        f"levels.toml:{LEVEL_3 + 4}: level.3.system_prompt: String should have at least 1 character",
     ),
     "unknown-top-level-key": (
         ("temperature = 0.0\n" + TOML).encode(),
-        "levels.toml: temperature: unknown key (only [level.N] tables)",
+        "levels.toml:1: temperature: unknown key (only [level.N] tables)",
     ),
     "infinite-max-tokens": (
         TOML.replace("max_tokens = 256", "max_tokens = inf").encode(),
-        "levels.toml: level.5.max_tokens: Input should be a valid integer",
+        f"levels.toml:{LEVEL_5_MAX_TOKENS}: level.5.max_tokens: Input should be a valid integer",
     ),
     "level-not-a-table": (
         TOML.replace("[level.5]", "[level]\n5 = 3\n[elsewhere]").encode(),
-        "levels.toml: level.5: expected a table",
+        f"levels.toml:{LEVEL_5 + 1}: level.5: expected a table",
     ),
     "hostile-level-key": (
         (TOML + '\n[level."\\u001b]0;x\\u0007"]\n').encode(),
-        "levels.toml: level.\\x1b]0;x\\x07: unknown level (1 to 5)",
+        f"levels.toml:{TOML.count(chr(10)) + 2}: level.\\x1b]0;x\\x07: unknown level (1 to 5)",
     ),
     "NUL-in-passport-path": (
         TOML.replace('"level-3.json"', '"level-\\u0000.json"').encode(),
