@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import tomllib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from pytest_vault.guard.passport import PassportError, read_toml, reason, toml_line
 from pytest_vault.guard.text import shown
 
 
@@ -116,18 +116,26 @@ def load_prices(path: Path) -> dict[str, Price]:
     output_per_mtok = 10
     """
     try:
-        table = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PriceError(f"{path}: cannot read: {shown(exc)}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise PriceError(f"{path}: invalid TOML: {shown(exc)}") from None
-    except RecursionError:
-        raise PriceError(f"{path}: invalid TOML: nested too deeply") from None
+        data = path.read_bytes()
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise PriceError(f"{path}: cannot read: {reason(exc)}") from None
+    try:
+        # The suite's strict reader: bad UTF-8, bad TOML, a number past what `int` reads
+        # and deep nesting are each one line, with the line of the file.
+        table = read_toml(data, str(path))
+    except PassportError as exc:
+        raise PriceError(str(exc)) from None
+
+    def at(*loc: int | str) -> str:
+        line = toml_line(data, loc)
+        return f"{path}" if line is None else f"{path}:{line}"
+
     prices = {}
     for spec, entry in table.items():
         if not isinstance(entry, dict):
             raise PriceError(
-                f"{path}: {shown(spec)}: expected a table with input_per_mtok and output_per_mtok"
+                f"{at(spec)}: {shown(spec)}: expected a table with input_per_mtok and "
+                "output_per_mtok"
             )
         try:
             price = _PriceEntry.model_validate(entry)
@@ -137,7 +145,8 @@ def load_prices(path: Path) -> dict[str, Price]:
             problem = {"extra_forbidden": "unknown key", "missing": "missing"}.get(
                 first["type"], "expected a finite number >= 0 (USD per million tokens)"
             )
-            raise PriceError(f"{path}: {shown(spec)}.{name}: {problem}") from None
+            where = at(spec, *first["loc"])
+            raise PriceError(f"{where}: {shown(spec)}.{name}: {problem}") from None
         prices[spec] = Price(price.input_per_mtok, price.output_per_mtok)
     return prices
 

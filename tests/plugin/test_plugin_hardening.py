@@ -65,23 +65,48 @@ def test_every_number_option_must_be_finite_and_in_range(
 
 
 @pytest.mark.parametrize(
-    ("entry", "problem"),
+    ("entry", "problem", "line"),
     [
-        ("input_per_mtok = nan\noutput_per_mtok = 1", "input_per_mtok: expected a finite number"),
-        ("input_per_mtok = inf\noutput_per_mtok = 1", "input_per_mtok: expected a finite number"),
-        ("input_per_mtok = 1\noutput_per_mtok = -0.5", "output_per_mtok: expected a finite number"),
-        ("input_per_mtok = true\noutput_per_mtok = 1", "input_per_mtok: expected a finite number"),
-        ('input_per_mtok = "1"\noutput_per_mtok = 1', "input_per_mtok: expected a finite number"),
-        ("input_per_mtok = [1]\noutput_per_mtok = 1", "input_per_mtok: expected a finite number"),
-        ("input_per_mtok = 1", "output_per_mtok: missing"),
+        (
+            "input_per_mtok = nan\noutput_per_mtok = 1",
+            "input_per_mtok: expected a finite number",
+            2,
+        ),
+        (
+            "input_per_mtok = inf\noutput_per_mtok = 1",
+            "input_per_mtok: expected a finite number",
+            2,
+        ),
+        (
+            "input_per_mtok = 1\noutput_per_mtok = -0.5",
+            "output_per_mtok: expected a finite number",
+            3,
+        ),
+        (
+            "input_per_mtok = true\noutput_per_mtok = 1",
+            "input_per_mtok: expected a finite number",
+            2,
+        ),
+        (
+            'input_per_mtok = "1"\noutput_per_mtok = 1',
+            "input_per_mtok: expected a finite number",
+            2,
+        ),
+        (
+            "input_per_mtok = [1]\noutput_per_mtok = 1",
+            "input_per_mtok: expected a finite number",
+            2,
+        ),
+        ("input_per_mtok = 1", "output_per_mtok: missing", 1),  # the table that lacks it
         (
             "input_per_mtok = 1\noutput_per_mtok = 1\noutptu_per_mtok = 9",
             "outptu_per_mtok: unknown",
+            4,
         ),
     ],
 )
 def test_every_price_table_field_is_checked(
-    pytester: pytest.Pytester, corpus: Path, entry: str, problem: str
+    pytester: pytest.Pytester, corpus: Path, entry: str, problem: str, line: int
 ) -> None:
     prices = pytester.makefile(".toml", prices=f'["openai:gpt-fake"]\n{entry}\n')
     # Checked whenever a table is given, with or without a budget.
@@ -89,7 +114,7 @@ def test_every_price_table_field_is_checked(
         result = pytester.runpytest(*REPLAY, f"--vault-prices={prices}", *budget)
         assert result.ret == pytest.ExitCode.USAGE_ERROR
         [error] = errors(result)
-        assert error.startswith(f"ERROR: {prices}: openai:gpt-fake.{problem}")
+        assert error.startswith(f"ERROR: {prices}:{line}: openai:gpt-fake.{problem}")
 
 
 def test_a_cache_path_that_is_a_file_is_one_usage_error(
@@ -131,19 +156,24 @@ def test_a_cache_folder_that_cannot_be_written_is_one_usage_error(
 @pytest.mark.parametrize(
     ("text", "problem"),
     [
-        ("[x\ninput_per_mtok = 1", "invalid TOML: "),
-        ("a = " + "[" * 5000 + "]" * 5000, "invalid TOML: nested too deeply"),
-        ('"openai:gpt-fake" = 3', "openai:gpt-fake: expected a table with input_per_mtok"),
+        ("[x\ninput_per_mtok = 1", ":1: invalid TOML: "),
+        ("a = " + "[" * 5000 + "]" * 5000, ": invalid TOML: nested too deeply"),
+        # More digits than `int` reads from text: was a traceback.
+        ("a = " + "9" * 5000, ": invalid TOML: number out of range"),
+        (b"\n# caf\xe9\n", ":2: not valid UTF-8: byte 0xe9 at column 6"),
+        ('\n"openai:gpt-fake" = 3', ":2: openai:gpt-fake: expected a table with input_per_mtok"),
     ],
+    ids=["syntax", "deep", "digits", "utf8", "not-a-table"],
 )
 def test_an_unreadable_price_table_is_one_line(
-    pytester: pytest.Pytester, corpus: Path, text: str, problem: str
+    pytester: pytest.Pytester, corpus: Path, text: str | bytes, problem: str
 ) -> None:
-    prices = pytester.makefile(".toml", prices=text)
+    prices = pytester.path / "prices.toml"
+    prices.write_bytes(text if isinstance(text, bytes) else text.encode())
     result = pytester.runpytest(*REPLAY, f"--vault-prices={prices}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     [error] = errors(result)
-    assert error.startswith(f"ERROR: {prices}: {problem}")
+    assert error.startswith(f"ERROR: {prices}{problem}")
 
 
 # -- --collect-only ---------------------------------------------------------------------------
