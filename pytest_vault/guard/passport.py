@@ -553,6 +553,12 @@ def toml_line(data: bytes, loc: Sequence[int | str]) -> int | None:
     return low
 
 
+def toml_at(source: str, data: bytes, loc: Sequence[int | str]) -> str:
+    """`source`, with the line of the field at `loc` when the document gives one."""
+    line = toml_line(data, loc)
+    return source if line is None else f"{source}:{line}"
+
+
 def _deepest(node: Any, loc: Sequence[int | str]) -> tuple[int | str, ...]:
     """The longest start of `loc` that `node` holds."""
     held: list[int | str] = []

@@ -31,7 +31,15 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, Validat
 from pytest_vault.corpus.model import Case
 from pytest_vault.guard.engine import TRANSFER_TOOL, Unreadable, parse_json_object
 from pytest_vault.guard.engine import permits_recipient as _permits
-from pytest_vault.guard.passport import PassportError, describe, read_toml, reason, sha256
+from pytest_vault.guard.passport import (
+    PassportError,
+    describe,
+    error_loc,
+    read_toml,
+    reason,
+    sha256,
+    toml_at,
+)
 from pytest_vault.guard.text import json_text, shown
 from pytest_vault.harness.agent import Evaluation, InputBlocked, ModelError, NotRun
 from pytest_vault.harness.controls import EMAIL, IBAN
@@ -322,11 +330,13 @@ def load_judge_prompt(path: Path = PROMPT_FILE) -> LoadedPrompt:
         raise PassportError(f"{path}: cannot read: {reason(exc)}") from None
     table = read_toml(data, str(path))
     if "temperature" in table:
-        raise PassportError(f"{path}: temperature: not allowed (judges always run at 0)")
+        where = toml_at(str(path), data, ("temperature",))
+        raise PassportError(f"{where}: temperature: not allowed (judges always run at 0)")
     try:
         prompt = JudgePrompt.model_validate(table)
     except ValidationError as exc:
-        raise PassportError(f"{path}: {describe(exc)}") from None
+        where = toml_at(str(path), data, error_loc(exc))
+        raise PassportError(f"{where}: {describe(exc)}") from None
     return LoadedPrompt(prompt, path, sha256(data))
 
 

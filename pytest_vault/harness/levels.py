@@ -31,7 +31,7 @@ from pytest_vault.guard.passport import (
     read_toml,
     reason,
     sha256,
-    toml_line,
+    toml_at,
 )
 
 LEVELS = (1, 2, 3, 4, 5)
@@ -73,9 +73,7 @@ def load_levels(folder: str | Path = SHIPPED) -> dict[int, Level]:
     table = read_toml(data, str(source))
 
     def at(*loc: int | str) -> str:
-        """The file, and the line of the field when the file has one."""
-        line = toml_line(data, loc)
-        return f"{source}" if line is None else f"{source}:{line}"
+        return toml_at(str(source), data, loc)
 
     raw = table.get("level")
     if not isinstance(raw, dict):

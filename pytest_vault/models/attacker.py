@@ -16,7 +16,14 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
-from pytest_vault.guard.passport import PassportError, describe, read_toml, reason
+from pytest_vault.guard.passport import (
+    PassportError,
+    describe,
+    error_loc,
+    read_toml,
+    reason,
+    toml_at,
+)
 from pytest_vault.harness.adaptive import STRATEGIES, Move, View
 from pytest_vault.harness.agent import Message, ModelError, ModelRequest
 from pytest_vault.harness.levels import SHIPPED
@@ -44,7 +51,8 @@ def load_prompt(path: Path = PROMPT_FILE) -> AttackerPrompt:
     try:
         return AttackerPrompt.model_validate(read_toml(data, str(path)))
     except ValidationError as exc:
-        raise PassportError(f"{path}: {describe(exc)}") from None
+        where = toml_at(str(path), data, error_loc(exc))
+        raise PassportError(f"{where}: {describe(exc)}") from None
 
 
 def _fill(template: str, values: dict[str, str]) -> str:

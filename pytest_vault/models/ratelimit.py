@@ -17,7 +17,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from pytest_vault.guard.passport import PassportError, read_toml, reason, toml_line
+from pytest_vault.guard.passport import PassportError, read_toml, reason, toml_at
 from pytest_vault.guard.text import shown
 
 
@@ -127,8 +127,7 @@ def load_prices(path: Path) -> dict[str, Price]:
         raise PriceError(str(exc)) from None
 
     def at(*loc: int | str) -> str:
-        line = toml_line(data, loc)
-        return f"{path}" if line is None else f"{path}:{line}"
+        return toml_at(str(path), data, loc)
 
     prices = {}
     for spec, entry in table.items():

@@ -171,6 +171,7 @@ def test_a_bad_judge_prompt_beside_the_passports_is_a_usage_error(
     toml.write_text(
         toml.read_text().replace("max_tokens = 200", "max_tokens = 200\ntemperature = 0.7")
     )
+    line = toml.read_text().split("\n").index("temperature = 0.7") + 1
     pytester.makefile(".jsonl", attacks=LINES)
     # Scripted judges read no prompt: the file is not their business.
     ok = pytester.runpytest(*COMMON, "--vault-passports=passports", *JUDGES, "--collect-only")
@@ -178,7 +179,7 @@ def test_a_bad_judge_prompt_beside_the_passports_is_a_usage_error(
     result = pytester.runpytest("--vault-passports=passports", "--vault-judge=openai:judge-x")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
-        [f"ERROR: {toml}: temperature: not allowed (judges always run at 0)"]
+        [f"ERROR: {toml}:{line}: temperature: not allowed (judges always run at 0)"]
     )
 
 
