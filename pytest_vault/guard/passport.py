@@ -525,7 +525,8 @@ def toml_line(data: bytes, loc: Sequence[int | str]) -> int | None:
     None when that is the root, or when finding it is past the bounds above."""
     if len(data) > _TOML_LOCATED:
         return None
-    lines = utf8(data).split("\n")
+    text = utf8(data)
+    lines = text.split("\n")
     reads = [0]
 
     def holds(count: int) -> bool | None:
@@ -540,7 +541,7 @@ def toml_line(data: bytes, loc: Sequence[int | str]) -> int | None:
             except (tomllib.TOMLDecodeError, ValueError, RecursionError):
                 count += 1  # inside a multi-line value: its end is where it is read
 
-    target = _deepest(tomllib.loads(utf8(data)), loc)
+    target = _deepest(tomllib.loads(text), loc)
     if not target:
         return None
     low, high = 1, len(lines)  # the whole document holds it

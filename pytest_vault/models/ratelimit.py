@@ -92,7 +92,11 @@ class Price:
 
 
 class PriceError(ValueError):
-    """A price table that cannot be used; one line naming file and field."""
+    """A price table that cannot be used; one line naming file and field, made safe to
+    print here, once (as `PassportError`): a file name's control characters escaped."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(shown(message))
 
 
 # USD per million tokens: finite and non-negative (nan or a negative price would switch

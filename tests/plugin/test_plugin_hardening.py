@@ -168,12 +168,12 @@ def test_a_cache_folder_that_cannot_be_written_is_one_usage_error(
 def test_an_unreadable_price_table_is_one_line(
     pytester: pytest.Pytester, corpus: Path, text: str | bytes, problem: str
 ) -> None:
-    prices = pytester.path / "prices.toml"
+    prices = pytester.path / "pri\x1bces.toml"  # the name is escaped in the message too
     prices.write_bytes(text if isinstance(text, bytes) else text.encode())
     result = pytester.runpytest(*REPLAY, f"--vault-prices={prices}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     [error] = errors(result)
-    assert error.startswith(f"ERROR: {prices}{problem}")
+    assert error.startswith(f"ERROR: {pytester.path}/pri\\x1bces.toml{problem}")
 
 
 # -- --collect-only ---------------------------------------------------------------------------
