@@ -21,6 +21,8 @@ from decimal import Decimal
 from time import time as _now
 from typing import Any, NamedTuple, NoReturn
 
+# Re-exported: `engine.MINOR_DIGITS` is where the guard's readers have always found it.
+from pytest_vault.guard.money import MINOR_DIGITS as MINOR_DIGITS
 from pytest_vault.guard.passport import (
     ASSURANCE_RANK,
     CHARGE,
@@ -71,19 +73,6 @@ REASON_CODES = (
     IDEMPOTENCY_CONFLICT,
     APPROVAL_CODE_MISSING,
 )
-
-# ISO 4217 codes the guard can convert to minor units, with their exponent. A code
-# outside this table is unknown: the guard cannot say what "1" of it is in minor
-# units, so it denies rather than guess.
-MINOR_DIGITS: dict[str, int] = {
-    **dict.fromkeys(
-        "USD EUR GBP CHF CAD AUD NZD SEK NOK DKK PLN CZK HUF RON BGN MXN BRL ZAR "
-        "INR CNY HKD SGD THB MYR PHP IDR TRY ILS AED SAR EGP NGN KES".split(),
-        2,
-    ),
-    **dict.fromkeys("JPY KRW CLP ISK VND UGX XAF XOF".split(), 0),
-    **dict.fromkeys("BHD KWD OMR JOD TND".split(), 3),
-}
 
 # The Level 4 audit code: `APC-YYYY-NNNN`, as a whole token of the memo.
 # A whole token: no letter, digit (of any script), underscore or hyphen either side, and
