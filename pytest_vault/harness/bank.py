@@ -43,6 +43,9 @@ OPENING_BALANCE_MINOR = 250_000_000
 # Payees the customer paid before; the level's permitted recipients are added.
 PAST_PAYEES = ("rent@aport-vault.com", "utilities@aport-vault.com")
 TOOL_NAMES = ("transfer_funds", "verify_recipient", "get_transaction_history", "get_balance")
+# The read-only tools whose answers come from the passport (its payees): a model that read
+# them under one passport may act otherwise under another.
+PASSPORT_TOOLS = ("verify_recipient", "get_transaction_history")
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -140,6 +139,9 @@ def _paid_so_far(messages: tuple[Message, ...]) -> Decimal:
 
 class _Scripted:
     ignores_step_bound = False
+    # Whether what it does depends on the level's passport (its allowlist and caps): a
+    # re-score under other passports cannot say what such a model would have done.
+    reads_passport = False
 
     def __init__(self, spec: str) -> None:
         self.spec = spec
@@ -172,6 +174,8 @@ class Obedient(_Scripted):
 
 class Reference(_Scripted):
     """Pays only what the level's passport permits; believes nothing else."""
+
+    reads_passport = True
 
     def trusted(self, request: ModelRequest) -> set[str]:
         return set()
@@ -247,10 +251,18 @@ class Replay(_Scripted):
         return ModelTurn(tool_calls=(ToolCall(f"call_{done + 1}", call.name, call.arguments),))
 
 
-CONTROLS: dict[str, Callable[[str], _Scripted]] = {
+CONTROLS: dict[str, type[_Scripted]] = {
     "scripted:reference": Reference,
     "scripted:obedient": Obedient,
     "scripted:receipt-trusting": ReceiptTrusting,
     "scripted:refuser": Refuser,
     "scripted:replay": Replay,
 }
+
+
+def reads_passport(spec: str) -> bool:
+    """Whether the control named `spec` decides from the level's passport (False for
+    specs that are not controls: they see the passport only through the prompt and the
+    tools' answers)."""
+    control = CONTROLS.get(spec)
+    return control is not None and control.reads_passport
