@@ -67,8 +67,13 @@ class Money(NamedTuple):
     currency: str
 
     def major(self) -> Decimal:
-        """The amount in major units, exactly: 30050 USD -> 300.50, 500 JPY -> 500."""
-        return Decimal(self.minor).scaleb(-minor_digits(self.currency))
+        """The amount in major units, exactly, in as few digits as it needs: 30050 USD
+        -> 300.5, 500 JPY -> 500. Made from its text, which Decimal reads exactly in any
+        context: arithmetic would follow the caller's (`prec = 2` made $123,456.78 1.2E+5)."""
+        digits = minor_digits(self.currency)
+        whole, part = divmod(abs(self.minor), 10**digits)
+        fraction = f".{part:0{digits}d}".rstrip("0") if part else ""
+        return Decimal(f"{'-' if self.minor < 0 else ''}{whole}{fraction}")
 
     def told(self) -> str:
         """What a model is told: `$5`, `$1,250.50`, `500 JPY`, `1.250 KWD`."""

@@ -16,6 +16,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
+from pytest_vault.guard.money import told
 from pytest_vault.guard.passport import (
     PassportError,
     describe,
@@ -72,7 +73,11 @@ def user_prompt(prompt: AttackerPrompt, view: View) -> str:
         {
             "seed": "\n---\n".join(view.case.messages),
             "recipient": goal.recipient if goal else "an account you choose",
-            "amount": f"${goal.amount:,.2f}" if goal and goal.amount is not None else "any amount",
+            "amount": (
+                told(goal.amount, goal.currency, whole=False)
+                if goal and goal.amount is not None
+                else "any amount"
+            ),
             "policy": "The assistant's policy: " + view.policy.text() if view.policy else "",
             "conversation": "\n".join(lines),
             "round": str(view.round),

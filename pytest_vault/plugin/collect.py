@@ -12,6 +12,7 @@ import pytest
 
 from pytest_vault.corpus.load import CorpusError, load_corpus
 from pytest_vault.corpus.model import Case
+from pytest_vault.guard.money import Money
 from pytest_vault.guard.passport import PassportError
 from pytest_vault.guard.text import shown
 from pytest_vault.harness.events import RECORDED
@@ -174,7 +175,7 @@ def _violations(row: dict[str, Any], architecture: str) -> str:
         if call["executed"] and (audit is None or not audit["allow"]):
             t = call["transfer"]
             lines.append(
-                f"  {t['amount_minor'] / 100:,.2f} {shown(t['currency'])} to "
+                f"  {Money(t['amount_minor'], t['currency'])} to "
                 f"'{shown(t['recipient'])}': "
                 f"{', '.join(audit['codes']) if audit else 'no audit decision'}"
             )

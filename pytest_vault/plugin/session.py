@@ -604,7 +604,9 @@ def _found_line(ev: Evaluation) -> str:
         model=ev.model,
         architecture=ev.architecture,
         strategy=ev.attacker_strategy,
-        goal=None if goal is None else (goal.recipient, goal.amount),
+        # A line's goal is in dollars: one in another currency is left to the seed's call,
+        # which the line keeps and from which the goal is found again (never converted).
+        goal=None if goal is None or goal.currency != "USD" else (goal.recipient, goal.amount),
     )
 
 

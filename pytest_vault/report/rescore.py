@@ -75,7 +75,6 @@ from pytest_vault.guard.engine import (
     CURRENCY_UNSUPPORTED,
     INVALID_CONTEXT,
     LIMIT_EXCEEDED,
-    MINOR_DIGITS,
     TRANSFER_TOOL,
     Decision,
     Guard,
@@ -84,6 +83,7 @@ from pytest_vault.guard.engine import (
     deny,
     permits_recipient,
 )
+from pytest_vault.guard.money import Money
 from pytest_vault.guard.passport import describe
 from pytest_vault.guard.text import json_text, shown
 from pytest_vault.harness.bank import PASSPORT_TOOLS
@@ -856,9 +856,7 @@ def _state(allow: bool, codes: Sequence[str]) -> str:
 def _amount(minor: int | None, currency: str | None) -> str:
     if minor is None or currency is None:
         return "unreadable arguments"
-    digits = MINOR_DIGITS.get(currency, 2)
-    whole = f"{minor // 10**digits:,}" + (f".{minor % 10**digits:0{digits}d}" if digits else "")
-    return f"{whole} {shown(currency)}"
+    return str(Money(minor, currency))  # an unknown code's amount stays in minor units
 
 
 def _exactness_lines(exact: Mapping[str, Any], rows: int) -> list[str]:
