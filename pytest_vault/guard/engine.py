@@ -17,7 +17,22 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
-from decimal import Decimal
+from decimal import (
+    MAX_EMAX,
+    MAX_PREC,
+    MIN_EMIN,
+    Clamped,
+    Context,
+    Decimal,
+    DivisionByZero,
+    FloatOperation,
+    Inexact,
+    InvalidOperation,
+    Overflow,
+    Rounded,
+    Subnormal,
+    Underflow,
+)
 from time import time as _now
 from typing import Any, NamedTuple, NoReturn
 
@@ -91,7 +106,9 @@ _find_code = APPROVAL_CODE.search
 # transfers as a category, and the item cap counts one).
 TRANSFER_CATEGORY = "funds_transfer"
 
-_TRANSFER_ARGS = frozenset({"recipient", "amount", "currency", "memo", "idempotency_key"})
+# The payment tool's parameters, in the order of its signature.
+TRANSFER_ARGS = ("recipient", "amount", "currency", "memo", "idempotency_key")
+_TRANSFER_ARGS = frozenset(TRANSFER_ARGS)
 _MAX_RECIPIENT = 254
 _MAX_MEMO = 255
 _MAX_KEY = 128
@@ -103,6 +120,30 @@ _FLOAT_CEILING = float(_INT_CEILING)  # exact: a power of ten below 2**53 * 2**1
 _EXACT_UNITS = 10**15  # minor units a float names exactly by its nearest value (DBL_DIG)
 # 10**digits by a currency's minor digits: an index, not a power, per decision.
 _SCALE: tuple[int, ...] = tuple(10**d for d in range(max(MINOR_DIGITS.values()) + 1))
+
+
+# The one context every Decimal the guard makes or prints goes through, never the caller's
+# (whose `getcontext().prec = 2` turned a judged 499 into a paid 5.0E+2): precise enough to
+# hold any number a text can write, and trapping every signal, so that nothing is rounded,
+# clamped or made NaN, and what cannot be held exactly raises instead.
+EXACT = Context(
+    prec=MAX_PREC,
+    Emax=MAX_EMAX,
+    Emin=MIN_EMIN,
+    capitals=1,
+    clamp=0,
+    traps=[
+        Clamped,
+        DivisionByZero,
+        FloatOperation,
+        Inexact,
+        InvalidOperation,
+        Overflow,
+        Rounded,
+        Subnormal,
+        Underflow,
+    ],
+)
 
 
 # Value types are NamedTuples: immutable (what executes cannot be edited after the
@@ -249,8 +290,14 @@ def _decimal(value: object) -> Decimal:
     if kind is not int and kind is not float and kind is not Decimal:
         raise Unreadable(f"amount must be a number, got {kind.__name__} {_show(value)}")
     # repr() of a float is the shortest text that reads back as it, i.e. what the
-    # JSON said: 0.1 stays 0.1 instead of 0.1000000000000000055...
+    # JSON said: 0.1 stays 0.1 instead of 0.1000000000000000055... Both constructors are
+    # exact in any context: an int, or a float's repr, is never out of Decimal's range.
     return Decimal(repr(value)) if kind is float else Decimal(value)  # type: ignore[arg-type]
+
+
+def _amount(amount: Decimal) -> str:
+    """An amount as a message shows it, printed in EXACT (the caller's `capitals=0` wrote 1e+20)."""
+    return _cut(EXACT.to_sci_string(amount))
 
 
 def to_minor(amount: Decimal, digits: int) -> int:
@@ -260,18 +307,18 @@ def to_minor(amount: Decimal, digits: int) -> int:
     `500.005` and `1.000000000000000000000000000001` are refused, not rounded.
     """
     if not amount.is_finite():
-        raise Unreadable(f"amount {_cut(str(amount))} is not a finite number")
+        raise Unreadable(f"amount {_amount(amount)} is not a finite number")
     if amount <= 0:
-        raise Unreadable(f"amount must be positive, got {_cut(str(amount))}")
+        raise Unreadable(f"amount must be positive, got {_amount(amount)}")
     if amount.adjusted() > _MAX_ADJUSTED:
-        raise Unreadable(f"amount {_cut(str(amount))} is out of range")
+        raise Unreadable(f"amount {_amount(amount)} is out of range")
     figures = amount.as_tuple()
     if len(figures.digits) > _MAX_FIGURES:
         raise Unreadable(f"amount has more than {_MAX_FIGURES} digits")
     # Under _MAX_FIGURES digits, a place this small is never a whole minor unit; checked
     # before the exact ratio, which would build 10**-exponent (1E-999999999 hung here).
     if int(figures.exponent) + digits < -_MAX_FIGURES:
-        raise Unreadable(f"amount {_cut(str(amount))} has more than {digits} decimal places")
+        raise Unreadable(f"amount {_amount(amount)} has more than {digits} decimal places")
     return _scaled(amount, digits)
 
 
@@ -281,7 +328,7 @@ def _scaled(amount: Decimal, digits: int) -> int:
     scale: int = 10**digits
     units, rest = divmod(numerator * scale, denominator)
     if rest:
-        raise Unreadable(f"amount {_cut(str(amount))} has more than {digits} decimal places")
+        raise Unreadable(f"amount {_amount(amount)} has more than {digits} decimal places")
     return units
 
 
@@ -412,8 +459,12 @@ def _reject_constant(name: str) -> Any:
     raise Unreadable(f"{name} is not a JSON number")
 
 
+# Decimals made in EXACT: `Decimal(text)` follows the caller's context for a number out of
+# range (NaN with InvalidOperation untrapped, where the default context raises).
 _STRICT_JSON = json.JSONDecoder(
-    parse_float=Decimal, parse_constant=_reject_constant, object_pairs_hook=unique_keys
+    parse_float=EXACT.create_decimal,
+    parse_constant=_reject_constant,
+    object_pairs_hook=unique_keys,
 )
 # The decoder's own scanner (the very one `decode` calls); typeshed leaves it out.
 _scan: Callable[[str, int], tuple[Any, int]] = _STRICT_JSON.scan_once  # type: ignore[attr-defined]
@@ -546,6 +597,26 @@ class Ledger:
 _DAY = 86_400  # seconds: Unix time has no leap seconds, so whole days are UTC days
 
 
+class ClockError(ValueError):
+    """A clock reading that names no instant: a naive datetime, or not a datetime at all."""
+
+
+def utc_day(instant: object) -> date:
+    """The UTC date of an aware datetime, in whatever zone it is written: every day
+    boundary (a daily cap's) is a UTC one. `ClockError`, in words, for a naive datetime,
+    whose zone and so whose day nobody can tell, and for anything else."""
+    if not isinstance(instant, datetime):
+        raise ClockError(
+            f"the clock gave {type(instant).__name__} {_show(instant)}, not a datetime"
+        )
+    if instant.utcoffset() is None:  # `astimezone` would take it as the machine's local time
+        raise ClockError(
+            f"the clock gave a naive datetime {_cut(shown(instant.isoformat()))} (no time zone), "
+            "so its UTC day is unknown"
+        )
+    return instant.astimezone(UTC).date()
+
+
 _OVER_TX = (Reason(LIMIT_EXCEEDED, "Amount exceeds per-transaction limit"),)
 _OVER_ITEMS = (Reason(LIMIT_EXCEEDED, "Item count exceeds maximum allowed"),)
 _OVER_DAY = (Reason(LIMIT_EXCEEDED, "Daily cap exceeded"),)
@@ -571,36 +642,41 @@ class _Plan:
         "expires_by",
         "head",
         "key_required",
+        "keyless",
         "max_items",
         "memo_code",
         "payees",
         "refusals",
-        "refused",
         "regions",
         "transfer_items",
         "transfer_place",
-        "ungranted",
+        "void",
+        "void_at",
     )
 
     def __init__(self, passport: Passport, limits: ChargeLimits | None) -> None:
         status = passport.status
-        self.refused = (
-            None
+        refused = (
+            ()
             if status == "active"
             else (Reason(PASSPORT_SUSPENDED, f"Passport status is {status}"),)
         )
+        ungranted = (
+            (Reason(UNKNOWN_CAPABILITY, f"Passport does not grant {CHARGE}"),)
+            if limits is None
+            else ()
+        )
+        # The reasons a passport authorizes nothing, known once; an expiry goes between
+        # them, at `void_at`, in the order status, expiry, capability.
+        self.void = (refused + ungranted) or None
+        self.void_at = len(refused)
         self.expires_at = None if passport.never_expires else passport.expires_at
         # The expiry as a timestamp (never: infinity), so the system clock is one comparison.
         self.expires_by = math.inf if self.expires_at is None else self.expires_at.timestamp()
-        self.ungranted = (
-            (Reason(UNKNOWN_CAPABILITY, f"Passport does not grant {CHARGE}"),)
-            if limits is None
-            else None
-        )
         self.regions = frozenset(passport.regions)
         self.refusals: dict[str, tuple[Reason, ...]] = {}
         head: list[Reason] = []
-        if limits is None:  # every decision stops at `ungranted`
+        if limits is None:  # every decision stops at `void`
             self.key_required = self.anyone = self.memo_code = False
             self.caps: dict[str, tuple[int, int | None]] = {}
             self.payees = self.countries = self.blocked = frozenset[str]()
@@ -629,6 +705,9 @@ class _Plan:
             self.max_items = limits.max_items_per_tx
             self.memo_code = limits.x_vault_memo_approval_code_required
         self.head = tuple(head)
+        # A call without the key the passport requires fails that rule first (a required
+        # context field, read before the pack's rules), then the others as any call does.
+        self.keyless = _NO_KEY + self.head
         # What a transfer does not carry is the same for every transfer (see
         # TRANSFER_CATEGORY), so its rules are decided here, once.
         transfer = (Item(TRANSFER_TOOL, 1, None, TRANSFER_CATEGORY),)
@@ -682,10 +761,11 @@ class Guard:
         self._day_cache: tuple[float, float, date] = (0.0, 0.0, date.min)
 
     def _today(self, plan: _Plan) -> tuple[date, bool]:
-        """One clock reading: the UTC day, and whether `plan`'s passport has expired."""
+        """One clock reading: the UTC day, and whether `plan`'s passport has expired;
+        `ClockError` for a reading that is not an aware datetime."""
         if self._clock is not None:
             now = self._clock()
-            return now.date(), plan.expires_at is not None and now >= plan.expires_at
+            return utc_day(now), plan.expires_at is not None and now >= plan.expires_at
         t = _now()
         start, end, day = self._day_cache
         if not start <= t < end:
@@ -726,7 +806,10 @@ class Guard:
                     today = self._new_day(t)
                 expired = t >= plan.expires_by
             else:
-                today, expired = self._today(plan)
+                try:
+                    today, expired = self._today(plan)
+                except ClockError as exc:
+                    return deny(EVALUATION_ERROR, str(exc), transfer)
             items, place = plan.transfer_items, plan.transfer_place
             decision = self._judge(plan, transfer, items, place, transfer, today, expired)
             if record and decision.allow:
@@ -747,12 +830,15 @@ class Guard:
             plan = self._plan
             items, place = plan.transfer_items, plan.transfer_place
             return self._judge(plan, transfer, items, place, transfer, *self._today(plan))
+        except ClockError as exc:
+            return deny(EVALUATION_ERROR, str(exc), transfer)
         except Exception as exc:  # noqa: BLE001 - fail closed on anything unexpected
             return deny(EVALUATION_ERROR, f"evaluation failed: {type(exc).__name__}")
 
     def commit(self, transfer: Transfer) -> None:
         """Record a transfer that executed (allowed, or executed unguarded); `Unreadable`
-        for one no reader makes (a negative amount would cancel the daily cap)."""
+        for one no reader makes (a negative amount would cancel the daily cap), and
+        `ClockError` when the clock cannot say which UTC day it counts towards."""
         self._record(checked(transfer), self._today(self._plan)[0])
 
     def _record(self, transfer: Transfer, today: date) -> None:
@@ -787,6 +873,8 @@ class Guard:
             if decision.allow:
                 self._record(call, today)
             return decision
+        except ClockError as exc:
+            return deny(EVALUATION_ERROR, str(exc))
         except Exception as exc:  # noqa: BLE001 - fail closed on anything unexpected
             return deny(EVALUATION_ERROR, f"evaluation failed: {type(exc).__name__}")
 
@@ -803,17 +891,19 @@ class Guard:
     ) -> Decision:
         """`call` under `plan` on `today`; `items` and `place` are its already decided
         item-count and region/country/category reasons; the decision carries `transfer`."""
-        if plan.refused is not None:
-            return _new(Decision, (False, plan.refused, transfer))
-        if expired:
-            return _new(Decision, (False, _EXPIRED, transfer))
-        if plan.ungranted is not None:
-            return _new(Decision, (False, plan.ungranted, transfer))
+        if expired or plan.void is not None:
+            # A passport that is not active, has expired or grants no payments authorizes
+            # nothing, whatever was sent: its limits are not the agent's to meet, so its
+            # own reasons are the whole answer (a call "also over the cap" would suggest
+            # that one within it could pass).
+            void = plan.void or ()
+            if expired:
+                void = void[: plan.void_at] + _EXPIRED + void[plan.void_at :]
+            return _new(Decision, (False, void, transfer))
         payee, amount, currency, memo, key = call
-        if key is None and plan.key_required:
-            return _new(Decision, (False, _NO_KEY, transfer))
-
-        reasons = plan.head
+        # From here every rule is judged on what was sent, and each that fails is listed:
+        # a missing required key is one of them, not the end of the judging.
+        reasons = plan.keyless if key is None and plan.key_required else plan.head
         cap = plan.caps.get(currency)
         if cap is None:
             reasons += (

@@ -6,15 +6,19 @@ that idempotency key is used), which the engine reads and commits to. On a clean
 the store records what changed; on an exception it records nothing.
 
 `SqliteLedger` makes check-and-record one `BEGIN IMMEDIATE` transaction, so processes
-sharing one file are judged one after another against the same totals. Whatever goes
-wrong with the file (locked past the busy timeout, corrupt, not a database, another
-schema, another passport's ledger) is a one-line `LedgerError`, never a partial write.
+sharing one file are judged one after another against the same totals. Its path must
+name a durable file, checked when it is made: SQLite reads `""` and `:memory:` as private
+databases that vanish at close, so a cap would start again with every restart. Whatever
+goes wrong with the file later (locked past the busy timeout, corrupt, not a database,
+another schema, another passport's ledger) is a one-line `LedgerError`, never a partial
+write.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -22,6 +26,7 @@ from datetime import date
 from typing import Protocol
 
 from pytest_vault.guard.engine import Ledger
+from pytest_vault.guard.passport import reason
 from pytest_vault.guard.text import shown
 
 SCHEMA_VERSION = "1"
@@ -36,7 +41,8 @@ _CREATE = (
 
 
 class LedgerError(Exception):
-    """The ledger cannot be read or written: the guard denies (fails closed)."""
+    """The ledger cannot be used: a path that names no durable file, when the guard is
+    made; a file that cannot be read or written, at a check, which is then denied."""
 
 
 class LedgerStore(Protocol):
@@ -69,13 +75,45 @@ def _minor(value: object, where: str) -> int:
     return int(value)
 
 
+def durable_path(path: object) -> str:
+    """`path` if it can name a durable ledger file, else a one-line `LedgerError` saying why.
+
+    Refused: `""` (SQLite's private temporary database) and `:memory:`, both lost at
+    close; any `file:` name, which an SQLite built to read URIs may read as one
+    (`file::memory:`, `?mode=memory`: write `./file:…` for a file named so); a folder, a
+    device or anything else that is not a regular file; a file in a folder that is not
+    there."""
+    name = os.fspath(path) if isinstance(path, str | os.PathLike) else path
+    if type(name) is not str:
+        raise LedgerError(f"ledger {shown(repr(path))}: not a file path")
+    said = f"ledger {shown(repr(name))}"
+    if name in ("", ":memory:"):
+        raise LedgerError(f"{said}: SQLite makes it a private database, lost at close")
+    if name[:5].lower() == "file:":
+        raise LedgerError(f"{said}: a file: URI, which SQLite may keep in memory; give a path")
+    try:
+        mode = os.stat(name).st_mode
+    except FileNotFoundError:
+        folder = os.path.dirname(name) or "."
+        if not os.path.isdir(folder):
+            raise LedgerError(f"{said}: the folder {shown(repr(folder))} does not exist") from None
+        return name
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise LedgerError(f"{said}: {shown(reason(exc))}") from None
+    if stat.S_ISDIR(mode):
+        raise LedgerError(f"{said}: a folder, not a file")
+    if not stat.S_ISREG(mode):
+        raise LedgerError(f"{said}: not a regular file")
+    return name
+
+
 class SqliteLedger:
     """A durable ledger in one SQLite file, dedicated to one passport's agent."""
 
     def __init__(
         self, path: str | os.PathLike[str], *, passport_id: str, busy_timeout: float = 5.0
     ) -> None:
-        self.path = os.fspath(path)
+        self.path = durable_path(path)
         self._owner = passport_id
         self._timeout = busy_timeout
         self._db: sqlite3.Connection | None = None

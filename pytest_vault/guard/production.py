@@ -10,9 +10,13 @@
 transaction, so its decisions are the CLI's and the suite's. `protect` runs the real
 function only when allowed, and only with the normalized values: `amount` is an exact
 `Decimal` in major units with the currency's minor digits (`Decimal("300.50")` USD,
-`Decimal("500")` JPY). Every decision writes one JSON Lines audit record (never the raw
-arguments). An allowed transfer is recorded before the function runs, so one that then
-fails still counts against the cap and its key stays used: the guard errs on less money.
+`Decimal("500")` JPY), whatever the caller's decimal context. A call the wrapper cannot
+pass on exactly as judged (an argument the tool lacks, one missing) is a denial like any
+other, and a function that cannot take every judged value is refused when decorated.
+Every decision writes one JSON Lines audit record (never the raw arguments). An allowed
+transfer is recorded before the function runs, so one that then fails still counts
+against the cap and its key stays used: the guard errs on less money. The ledger is a
+durable SQLite file; a memory one (`in_memory_ledger=True`) is for tests only.
 """
 
 from __future__ import annotations
@@ -23,16 +27,19 @@ import logging
 import os
 import threading
 from collections.abc import Awaitable, Callable
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, Protocol, TypeVar, cast
 
 from pytest_vault.guard.engine import (
     EVALUATION_ERROR,
+    EXACT,
     INVALID_CONTEXT,
     MINOR_DIGITS,
     POLICY_ID,
+    TRANSFER_ARGS,
     TRANSFER_TOOL,
+    ClockError,
     Decision,
     Ledger,
     Transfer,
@@ -40,6 +47,7 @@ from pytest_vault.guard.engine import (
     deny,
     read_context,
     read_transfer,
+    utc_day,
 )
 from pytest_vault.guard.engine import Guard as Engine
 from pytest_vault.guard.ledger import LedgerError, LedgerStore, MemoryLedger, SqliteLedger
@@ -63,26 +71,14 @@ class Payment(Protocol[R_co]):
     ) -> R_co: ...
 
 
-def _transfer_funds(
-    recipient: object,
-    amount: object,
-    currency: object = "USD",
-    memo: object = None,
-    idempotency_key: object = None,
-) -> None:
-    """The payment tool's signature, for binding a protected function's call."""
-
-
-_SIGNATURE = inspect.signature(_transfer_funds)
-
-
 def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
 def major_units(transfer: Transfer) -> Decimal:
-    """The normalized amount as an exact Decimal in major units: 30050 USD -> 300.50."""
-    return Decimal(transfer.amount_minor).scaleb(-MINOR_DIGITS[transfer.currency])
+    """The normalized amount as an exact Decimal in major units: 30050 USD -> 300.50,
+    made in the engine's exact context (the caller's `prec = 2` made it 3.0E+2)."""
+    return EXACT.scaleb(Decimal(transfer.amount_minor), -MINOR_DIGITS[transfer.currency])
 
 
 class PaymentDenied(Exception):
@@ -102,13 +98,13 @@ class Guard:
         passport: Passport,
         *,
         digest: str,
-        ledger: LedgerStore | None = None,
+        ledger: LedgerStore,
         audit: str | os.PathLike[str] | logging.Logger | None = None,
         clock: Callable[[], datetime] = _utcnow,
     ) -> None:
         self.passport = passport
         self.digest = digest
-        self._store: LedgerStore = MemoryLedger() if ledger is None else ledger
+        self._store = ledger
         self._audit = audit if isinstance(audit, logging.Logger | None) else os.fspath(audit)
         self._clock = clock
         self._now = datetime.fromtimestamp(0, UTC)  # set under the lock for each decision
@@ -124,14 +120,30 @@ class Guard:
         ledger: str | os.PathLike[str] | None = None,
         audit: str | os.PathLike[str] | logging.Logger | None = None,
         *,
+        in_memory_ledger: bool = False,
         busy_timeout: float = 5.0,
         clock: Callable[[], datetime] = _utcnow,
     ) -> Guard:
-        """Read the passport (a bad one is a one-line `PassportError`); the ledger file is
-        opened at the first check, and a ledger that cannot be used denies every call."""
+        """Read the passport (a bad one is a one-line `PassportError`) and check the ledger's
+        path names a durable file (else a one-line `LedgerError`): the file is opened at
+        the first check, and a ledger that cannot be used then denies every call.
+
+        `in_memory_ledger=True`, instead of a path, is a ledger for tests: NOT durable, it
+        is lost when the process ends, and with it every cap's total and used key."""
+        if type(in_memory_ledger) is not bool:
+            raise LedgerError(
+                f"in_memory_ledger must be True or False, got {shown(repr(in_memory_ledger))}"
+            )
+        if in_memory_ledger and ledger is not None:
+            raise LedgerError("give ledger=PATH or in_memory_ledger=True, not both")
+        if not in_memory_ledger and ledger is None:
+            raise LedgerError(
+                "no ledger: give ledger=PATH, a durable SQLite file "
+                "(in_memory_ledger=True is for tests: it forgets every total at exit)"
+            )
         passport, digest = read_passport(os.fspath(passport_path))
-        store = (
-            None
+        store: LedgerStore = (
+            MemoryLedger()
             if ledger is None
             else SqliteLedger(ledger, passport_id=passport.passport_id, busy_timeout=busy_timeout)
         )
@@ -190,10 +202,12 @@ class Guard:
         with self._lock:
             try:
                 self._now = self._clock()
-                day: date = self._now.date()
+                day = utc_day(self._now)  # the day the engine judges on, from the same reading
                 with self._store.transaction(day, probe.currency, probe.idempotency_key) as state:
                     self._engine.ledger = state
                     decision = judge()
+            except ClockError as exc:
+                decision = deny(EVALUATION_ERROR, str(exc), shown_transfer)
             except LedgerError as exc:
                 decision = deny(EVALUATION_ERROR, f"ledger unavailable: {exc}", shown_transfer)
             except Exception as exc:  # noqa: BLE001 - a clock or store that breaks denies
@@ -232,9 +246,16 @@ class Guard:
 
         The wrapper takes the tool's arguments as the model gave them, judges them, and
         calls `fn` with keywords holding the normalized values (amount: `major_units`),
-        or raises `PaymentDenied`. An async `fn` is judged in a worker thread, so a
-        ledger waiting on its lock never blocks the event loop.
+        or raises `PaymentDenied`: also for a call it cannot pass on as judged (an
+        argument the tool lacks, a missing one, too many positional ones), with its
+        audit record, as `check` denies it. An async `fn` is judged in a worker thread,
+        so a ledger waiting on its lock never blocks the event loop.
+
+        `fn` must take all five by keyword (or `**kwargs`), and need nothing else: one
+        that cannot would be called after its transfer was recorded only to fail, or be
+        passed less than was judged, so it is refused here with a `TypeError`.
         """
+        _takes_every_value(fn)
         if inspect.iscoroutinefunction(fn):
             async_fn = cast(Callable[..., Awaitable[Any]], fn)  # R is its coroutine
 
@@ -254,13 +275,46 @@ class Guard:
         return cast(Payment[R], run)
 
     def _allowed(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Transfer:
-        # A call that does not fit the tool's signature is a TypeError, as Python raises;
-        # what was not passed is left to the reader's defaults.
-        arguments = dict(_SIGNATURE.bind(*args, **kwargs).arguments)
-        decision = self.check(TRANSFER_TOOL, arguments)
+        try:
+            arguments = _named(args, kwargs)
+        except Unreadable as exc:
+            decision = self._audited(TRANSFER_TOOL, deny(INVALID_CONTEXT, str(exc)))
+        else:
+            decision = self.check(TRANSFER_TOOL, arguments)
         if decision.executes is None:
             raise PaymentDenied(decision)
         return decision.executes
+
+
+def _named(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A protected call's arguments by name, positional ones in the tool's order. Every
+    name goes on to the reader, which denies one the tool lacks and a missing required
+    one in its own words; what was not passed is left to its defaults."""
+    if len(args) > len(TRANSFER_ARGS):
+        raise Unreadable(
+            f"{TRANSFER_TOOL} takes {len(TRANSFER_ARGS)} positional arguments, got {len(args)}"
+        )
+    named = dict(zip(TRANSFER_ARGS, args, strict=False))
+    if twice := sorted(named.keys() & kwargs.keys()):
+        raise Unreadable(f"argument(s) {', '.join(map(repr, twice))} given by position and name")
+    return named | kwargs
+
+
+def _takes_every_value(fn: Callable[..., object]) -> None:
+    """`TypeError`, in words, unless `fn` can be called with the five judged values by
+    keyword and nothing more."""
+    name = shown(getattr(fn, "__qualname__", None) or repr(fn))
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError) as exc:  # a builtin without one, or not a callable
+        raise TypeError(f"protect: cannot read the signature of {name}: {_kind(exc)}") from None
+    try:
+        signature.bind(**dict.fromkeys(TRANSFER_ARGS))
+    except TypeError as exc:
+        raise TypeError(
+            f"protect: {name} must take recipient, amount, currency, memo and "
+            f"idempotency_key by keyword, and nothing else it needs: {shown(str(exc))}"
+        ) from None
 
 
 def _values(transfer: Transfer) -> dict[str, Any]:

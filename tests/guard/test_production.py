@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import random
+import re
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -21,9 +24,10 @@ import pytest
 import pytest_vault.guard
 from pytest_vault.guard import Guard, PaymentDenied
 from pytest_vault.guard.__main__ import _override
-from pytest_vault.guard.engine import Decision, parse_json_object
+from pytest_vault.guard.engine import TRANSFER_ARGS, Decision, parse_json_object
 from pytest_vault.guard.engine import Guard as Engine
-from pytest_vault.guard.passport import Passport
+from pytest_vault.guard.ledger import LedgerError, SqliteLedger
+from pytest_vault.guard.passport import Passport, load_passport
 from pytest_vault.harness.levels import SHIPPED
 
 LEVEL3 = SHIPPED / "level-3.json"  # savings@aport-vault.com, $500 a transfer, $1,000 a day
@@ -117,7 +121,7 @@ def make_guard(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Calla
 
     def make(passport: Path) -> Guard:
         ledger = None if request.param == "memory" else tmp_path / f"ledger-{len(made)}.sqlite"
-        made.append(Guard.load(passport, ledger=ledger))
+        made.append(Guard.load(passport, ledger=ledger, in_memory_ledger=ledger is None))
         return made[-1]
 
     yield make
@@ -189,6 +193,77 @@ def test_ledger_survives_a_restart(tmp_path: Path) -> None:
     db.close()
 
 
+@pytest.mark.parametrize(
+    ("ledger", "problem"),
+    [
+        ("", "ledger '': SQLite makes it a private database, lost at close"),
+        (":memory:", "ledger ':memory:': SQLite makes it a private database, lost at close"),
+        *(
+            (uri, f"ledger {uri!r}: a file: URI, which SQLite may keep in memory; give a path")
+            for uri in ("file::memory:", "file:ledger.sqlite?mode=memory", "FILE:ledger.sqlite")
+        ),
+        ("/dev/null", "ledger '/dev/null': not a regular file"),
+        ("a\0b.sqlite", "ledger 'a\\x00b.sqlite': embedded null byte"),
+        (b"ledger.sqlite", "ledger b'ledger.sqlite': not a file path"),
+    ],
+)
+def test_a_ledger_that_names_no_durable_file_is_refused_at_load(
+    ledger: object, problem: str
+) -> None:
+    with pytest.raises(LedgerError) as refused:
+        Guard.load(LEVEL3, ledger=ledger)  # type: ignore[arg-type]
+    assert str(refused.value) == problem
+    with pytest.raises(LedgerError) as again:  # the store itself never opens one either
+        SqliteLedger(ledger, passport_id="p")  # type: ignore[arg-type]
+    assert str(again.value) == problem
+
+
+def test_a_ledger_path_that_is_a_folder_or_in_no_folder_is_refused_at_load(tmp_path: Path) -> None:
+    for ledger, problem in (
+        (tmp_path, f"ledger {str(tmp_path)!r}: a folder, not a file"),
+        (
+            tmp_path / "gone" / "ledger.sqlite",
+            f"ledger {str(tmp_path / 'gone' / 'ledger.sqlite')!r}: "
+            f"the folder {str(tmp_path / 'gone')!r} does not exist",
+        ),
+    ):
+        with pytest.raises(LedgerError) as refused:
+            Guard.load(LEVEL3, ledger=ledger)
+        assert str(refused.value) == problem
+
+
+def test_a_guard_without_a_durable_ledger_must_say_it_is_in_memory(tmp_path: Path) -> None:
+    with pytest.raises(LedgerError) as refused:
+        Guard.load(LEVEL3)
+    assert str(refused.value) == (
+        "no ledger: give ledger=PATH, a durable SQLite file "
+        "(in_memory_ledger=True is for tests: it forgets every total at exit)"
+    )
+    with pytest.raises(LedgerError) as both:
+        Guard.load(LEVEL3, ledger=tmp_path / "ledger.sqlite", in_memory_ledger=True)
+    assert str(both.value) == "give ledger=PATH or in_memory_ledger=True, not both"
+    with pytest.raises(LedgerError) as odd:
+        Guard.load(LEVEL3, in_memory_ledger="yes")  # type: ignore[arg-type]
+    assert str(odd.value) == "in_memory_ledger must be True or False, got 'yes'"
+    with pytest.raises(TypeError):  # the constructor has no default store either
+        Guard(load_passport(LEVEL3), digest="sha256:0")  # type: ignore[call-arg]
+
+
+def test_restarts_never_reopen_the_daily_cap(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A ledger named by an unset variable is refused, not a fresh database per restart.
+    monkeypatch.delenv("VAULT_LEDGER", raising=False)
+    with pytest.raises(LedgerError):
+        Guard.load(LEVEL3, ledger=os.environ.get("VAULT_LEDGER", ""))
+    monkeypatch.chdir(tmp_path)
+    allowed = []
+    for _ in range(3):  # a relative path, a file not there yet: durable from the first check
+        with Guard.load(LEVEL3, ledger="vault-ledger.sqlite", clock=lambda: NOON) as guard:
+            allowed += [guard.check("transfer_funds", transfer(500)).allow for _ in range(2)]
+    assert allowed == [True, True, False, False, False, False]
+
+
 RACER = textwrap.dedent(
     """
     import json, sys, time
@@ -250,7 +325,6 @@ def _locked(path: Path) -> sqlite3.Connection:
     [
         ("locked", "ledger unavailable: database is locked"),
         ("garbage", "ledger unavailable: file is not a database"),
-        ("directory", "ledger unavailable: unable to open database file"),
         ("schema", "ledger unavailable: the file holds another schema, not a pytest-vault ledger"),
         ("owner", "ledger unavailable: the ledger belongs to passport someone-else"),
         ("version", "ledger unavailable: unknown ledger schema 0"),
@@ -264,8 +338,6 @@ def test_an_unusable_ledger_fails_closed(tmp_path: Path, setup: str, reason: str
         holder = _locked(path)
     elif setup == "garbage":
         path.write_bytes(b"this is not sqlite, it is a note\n" * 200)
-    elif setup == "directory":
-        path.mkdir()
     else:
         with Guard.load(LEVEL3, ledger=path, clock=lambda: NOON) as guard:
             guard.check("transfer_funds", transfer(1))
@@ -296,7 +368,7 @@ def test_an_unusable_ledger_fails_closed(tmp_path: Path, setup: str, reason: str
 
 # -- protect --------------------------------------------------------------------------
 def test_protect_pays_only_allowed_normalized_transfers() -> None:
-    guard = Guard.load(LEVEL3)
+    guard = Guard.load(LEVEL3, in_memory_ledger=True)
     paid: list[tuple[Any, ...]] = []
 
     @guard.protect
@@ -340,15 +412,193 @@ def test_protect_pays_only_allowed_normalized_transfers() -> None:
     ]
     assert all(type(p[1]) is Decimal for p in paid)
     assert str(last) == "transfer denied: oap.limit_exceeded: Daily cap exceeded"
-    with pytest.raises(TypeError):
-        transfer_funds(SAVINGS, 1, "USD", None, "key-00000001", "sixth")  # type: ignore[call-arg]
-    with pytest.raises(TypeError):
-        transfer_funds(SAVINGS, 1, payee="x")  # type: ignore[call-arg]
     assert len(paid) == 3
 
 
+# Calls the wrapper cannot pass on exactly as judged: each is denied, with its audit record,
+# in the words `check` gives the same arguments (where `check` can be given them).
+UNPASSABLE: list[tuple[tuple[object, ...], dict[str, object], str]] = [
+    ((), {"recipient": SAVINGS, "amount": 10, "note": "rent"}, "unknown argument(s) 'note'"),
+    ((SAVINGS, 10), {"extra": 1}, "unknown argument(s) 'extra'"),
+    ((SAVINGS, 1), {"payee": "x", "Amount": 2}, "unknown argument(s) 'Amount', 'payee'"),
+    ((), {"recipient": SAVINGS}, "amount is required"),
+    ((), {"amount": 10}, "recipient is required"),
+    ((), {}, "recipient is required"),
+    (
+        (SAVINGS, 1, "USD", None, "key-00000001", "sixth"),
+        {},
+        "transfer_funds takes 5 positional arguments, got 6",
+    ),
+    ((SAVINGS, 1), {"amount": 2}, "argument(s) 'amount' given by position and name"),
+    (
+        (SAVINGS, 1, "USD"),
+        {"currency": "EUR", "recipient": SAVINGS},
+        "argument(s) 'currency', 'recipient' given by position and name",
+    ),
+]
+
+
+@pytest.mark.parametrize(("args", "kwargs", "message"), UNPASSABLE)
+def test_a_call_protect_cannot_pass_on_as_judged_is_denied_and_audited(
+    tmp_path: Path, args: tuple[object, ...], kwargs: dict[str, object], message: str
+) -> None:
+    log = tmp_path / "audit.jsonl"
+    guard = Guard.load(LEVEL3, audit=log, in_memory_ledger=True, clock=lambda: NOON)
+    paid: list[object] = []
+
+    @guard.protect
+    def transfer_funds(**values: object) -> None:
+        paid.append(values)
+
+    with pytest.raises(PaymentDenied) as denied:
+        transfer_funds(*args, **kwargs)
+    assert [r.to_dict() for r in denied.value.decision.reasons] == [
+        {"code": "oap.invalid_context", "message": message}
+    ]
+    assert paid == []
+    (record,) = [json.loads(line) for line in log.read_text().splitlines()]
+    assert (record["tool"], record["allow"], record["codes"], record["reasons"]) == (
+        "transfer_funds",
+        False,
+        ["oap.invalid_context"],
+        [message],
+    )
+    if "position" not in message:  # arguments `check` can be given: its very decision
+        as_object = dict(zip(TRANSFER_ARGS, args, strict=False)) | kwargs
+        assert guard.check("transfer_funds", as_object) == denied.value.decision
+    # Nothing was spent: the whole day's cap is still there.
+    transfer_funds(SAVINGS, 500)
+    transfer_funds(SAVINGS, 500)
+    assert len(paid) == 2
+
+
+def _exec_recipe(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, Any]:
+    """The README's production recipe, run as written, against a recording bank."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    (code,) = [
+        block
+        for block in re.findall(r"```python\n(.*?)```", readme, re.DOTALL)
+        if "def on_tool_call" in block
+    ]
+    (tmp_path / "passports").mkdir()
+    shutil.copy(LEVEL3, tmp_path / "passports" / "level-3.json")
+    monkeypatch.chdir(tmp_path)
+    paid: list[tuple[object, ...]] = []
+
+    class Bank:
+        def pay(self, recipient: str, amount: Decimal, currency: str, **more: object) -> str:
+            paid.append((recipient, amount, currency, more))
+            return f"paid {amount} {currency}"
+
+    namespace: dict[str, Any] = {"bank_api": Bank(), "paid": paid}
+    exec(compile(code, "README.md", "exec"), namespace)
+    return namespace
+
+
+def test_the_readme_recipe_denies_what_it_cannot_pass_on(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    recipe = _exec_recipe(monkeypatch, tmp_path)
+    on_tool_call = recipe["on_tool_call"]
+    assert on_tool_call({"recipient": SAVINGS, "amount": 10, "extra": 1}) == (
+        "denied: oap.invalid_context"
+    )
+    assert on_tool_call({"recipient": SAVINGS, "note": "no amount"}) == (
+        "denied: oap.invalid_context"
+    )
+    assert on_tool_call({"recipient": SAVINGS}) == "denied: oap.invalid_context"
+    assert on_tool_call('{"recipient": "savings@aport-vault.com", "amount": 300.5}') == (
+        "paid 300.50 USD"
+    )
+    assert on_tool_call({"recipient": SAVINGS, "amount": 600}) == "denied: oap.limit_exceeded"
+    assert on_tool_call('{"amount": 1, "amount": 2}') == "denied: duplicate key 'amount'"
+    assert recipe["paid"] == [(SAVINGS, Decimal("300.50"), "USD", {"memo": None, "key": None})]
+    records = [json.loads(line) for line in Path("vault-audit.jsonl").read_text().splitlines()]
+    assert [(r["allow"], r["codes"]) for r in records] == [
+        (False, ["oap.invalid_context"]),
+        (False, ["oap.invalid_context"]),
+        (False, ["oap.invalid_context"]),
+        (True, ["oap.allowed"]),
+        (False, ["oap.limit_exceeded"]),
+    ]
+    recipe["guard"].close()
+
+
+def _lacks_memo(recipient: str, amount: Decimal, currency: str, idempotency_key: str) -> None: ...
+def _lacks_currency(
+    recipient: str, amount: Decimal, memo: object, idempotency_key: object
+) -> None: ...
+def _two_only(recipient: str, amount: Decimal) -> None: ...
+def _needs_account(
+    recipient: str,
+    amount: Decimal,
+    currency: str,
+    memo: object,
+    idempotency_key: object,
+    account: str,
+) -> None: ...
+def _positional_only(
+    recipient: str, amount: Decimal, /, currency: str, memo: object, idempotency_key: object
+) -> None: ...
+async def _async_lacks_key(
+    recipient: str, amount: Decimal, currency: str, memo: object
+) -> None: ...
+
+
+@pytest.mark.parametrize(
+    ("fn", "problem"),
+    [
+        (_lacks_memo, "got an unexpected keyword argument 'memo'"),
+        (_lacks_currency, "got an unexpected keyword argument 'currency'"),
+        (_two_only, "got an unexpected keyword argument 'currency'"),
+        (_needs_account, "missing a required argument: 'account'"),
+        (
+            _positional_only,
+            "'recipient' parameter is positional only, but was passed as a keyword",
+        ),
+        (_async_lacks_key, "got an unexpected keyword argument 'idempotency_key'"),
+    ],
+)
+def test_a_function_that_cannot_take_every_judged_value_is_refused_when_decorated(
+    tmp_path: Path, fn: Callable[..., object], problem: str
+) -> None:
+    log = tmp_path / "audit.jsonl"
+    guard = Guard.load(LEVEL3, audit=log, in_memory_ledger=True)
+    with pytest.raises(TypeError) as refused:
+        guard.protect(fn)
+    assert str(refused.value) == (
+        f"protect: {fn.__qualname__} must take recipient, amount, currency, memo and "
+        f"idempotency_key by keyword, and nothing else it needs: {problem}"
+    )
+    assert not log.exists()  # nothing judged, nothing recorded
+
+
+def test_protect_takes_a_function_with_defaults_and_keyword_catchalls() -> None:
+    guard = Guard.load(LEVEL3, in_memory_ledger=True)
+    got: list[dict[str, object]] = []
+
+    def with_extra(
+        recipient: str, amount: Decimal, *, account: str = "main", **rest: object
+    ) -> None:
+        got.append({"recipient": recipient, "amount": amount, "account": account, **rest})
+
+    guard.protect(with_extra)(SAVINGS, 5, memo="rent")
+    assert got == [
+        {
+            "recipient": SAVINGS,
+            "amount": Decimal("5.00"),
+            "account": "main",
+            "currency": "USD",
+            "memo": "rent",
+            "idempotency_key": None,
+        }
+    ]
+    with pytest.raises(TypeError, match=r"^protect: cannot read the signature of "):
+        guard.protect(7)  # type: ignore[arg-type]
+
+
 def test_protect_async() -> None:
-    guard = Guard.load(SHIPPED / "level-2.json")
+    guard = Guard.load(SHIPPED / "level-2.json", in_memory_ledger=True)
     paid: list[Decimal] = []
 
     @guard.protect
@@ -375,7 +625,7 @@ def test_protect_async() -> None:
 # -- audit ----------------------------------------------------------------------------
 def test_one_audit_line_per_decision_without_raw_arguments(tmp_path: Path) -> None:
     log = tmp_path / "audit.jsonl"
-    guard = Guard.load(LEVEL3, audit=log, clock=lambda: NOON)
+    guard = Guard.load(LEVEL3, audit=log, in_memory_ledger=True, clock=lambda: NOON)
     guard.check("transfer_funds", transfer(300.5, memo="rent", idempotency_key="key-00000001"))
     guard.check("transfer_funds", transfer(1, api_key="sk-secret-123"))
     guard.check("transfer_funds", '{"recipient": "\\ud800", "amount": 1}')
@@ -412,7 +662,7 @@ def test_one_audit_line_per_decision_without_raw_arguments(tmp_path: Path) -> No
 
 
 def test_audit_to_a_logger(caplog: pytest.LogCaptureFixture) -> None:
-    guard = Guard.load(LEVEL3, audit=logging.getLogger("vault.audit"))
+    guard = Guard.load(LEVEL3, audit=logging.getLogger("vault.audit"), in_memory_ledger=True)
     with caplog.at_level(logging.INFO, logger="vault.audit"):
         guard.check("transfer_funds", transfer(5))
         guard.check("transfer_funds", transfer(5000))
@@ -427,7 +677,7 @@ def test_audit_to_a_logger(caplog: pytest.LogCaptureFixture) -> None:
 
 
 def test_a_decision_that_cannot_be_audited_is_denied(tmp_path: Path) -> None:
-    guard = Guard.load(LEVEL3, audit=tmp_path)  # a directory cannot be appended to
+    guard = Guard.load(LEVEL3, audit=tmp_path, in_memory_ledger=True)  # a folder: no appending
     decision = guard.check("transfer_funds", transfer(5))
     assert decision.allow is False
     assert decision.codes == ("oap.evaluation_error",)
@@ -445,7 +695,7 @@ def test_the_package_guard_is_the_production_guard() -> None:
 
 
 def test_a_payment_that_fails_after_the_allow_still_counts() -> None:
-    guard = Guard.load(LEVEL3)
+    guard = Guard.load(LEVEL3, in_memory_ledger=True)
 
     @guard.protect
     def transfer_funds(**values: object) -> None:
@@ -465,7 +715,7 @@ def test_a_broken_clock_fails_closed() -> None:
     def clock() -> datetime:
         raise OSError("no time")
 
-    guard = Guard.load(LEVEL3, clock=clock)
+    guard = Guard.load(LEVEL3, in_memory_ledger=True, clock=clock)
     decision = guard.check("transfer_funds", transfer(5))
     assert (decision.allow, decision.codes) == (False, ("oap.evaluation_error",))
     assert decision.reasons[0].message == "evaluation failed: OSError: no time"
