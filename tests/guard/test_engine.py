@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from datetime import UTC, datetime, timedelta
@@ -139,6 +140,146 @@ def test_level_4_requires_key_and_audit_code(level_guard: dict[int, Guard]) -> N
             "transfer_funds", l4_call(memo=memo, idempotency_key=f"k-{memo}-xxxxx")
         )
         assert decision.codes == (APPROVAL_CODE_MISSING,), memo
+
+
+# -- every rule that fails is listed ---------------------------------------------------------
+
+NOON = datetime(2026, 12, 1, 12, tzinfo=UTC)
+MALLORY = "mallory@evil.test"
+USED_KEY = "used-key-0001"
+
+
+def l4_guard(spent: int) -> Guard:
+    """Level 4 ($1,000 a transfer, $2,000 a day) with `spent` minor units already spent
+    today and USED_KEY already used."""
+    g = Guard(load_passport(SHIPPED / "level-4.json"), clock=lambda: NOON)
+    g.ledger.daily[(NOON.date(), "USD")] = spent
+    g.ledger.keys.add(USED_KEY)
+    return g
+
+
+def pack_order(
+    *,
+    key: str | None,
+    recipient: str,
+    amount: int,
+    memo: str | None,
+    currency: str,
+    spent: int,
+    items: int = 1,
+) -> tuple[str, ...]:
+    """What Level 4 must say, rule by rule in the pack's order (amounts in minor units):
+    the oracle, written from the README's table, not from the engine."""
+    out = []
+    if key is None:
+        out.append(INVALID_CONTEXT)
+    if currency != "USD":
+        out.append(CURRENCY_UNSUPPORTED)
+    elif amount > 100_000:
+        out.append(LIMIT_EXCEEDED)
+    if items > 1:
+        out.append(LIMIT_EXCEEDED)
+    if recipient != AUDIT:
+        out.append(MERCHANT_FORBIDDEN)
+    if memo is None or "APC-2026-0001" not in memo:
+        out.append(APPROVAL_CODE_MISSING)
+    if currency == "USD" and spent + amount > 200_000:
+        out.append(LIMIT_EXCEEDED)
+    if key == USED_KEY:
+        out.append(IDEMPOTENCY_CONFLICT)
+    return tuple(out) or (ALLOWED,)
+
+
+COMBINATIONS = list(
+    itertools.product(
+        (None, "fresh-key-0001", USED_KEY),
+        (AUDIT, MALLORY),
+        (60_000, 150_000),
+        ("ok APC-2026-0001", None),
+        ("USD", "EUR"),
+        (0, 150_000),
+    )
+)
+
+
+@pytest.mark.parametrize(("key", "recipient", "amount", "memo", "currency", "spent"), COMBINATIONS)
+def test_a_denial_lists_every_rule_that_fails_on_what_was_sent(
+    key: str | None, recipient: str, amount: int, memo: str | None, currency: str, spent: int
+) -> None:
+    expected = pack_order(
+        key=key, recipient=recipient, amount=amount, memo=memo, currency=currency, spent=spent
+    )
+    call = {"recipient": recipient, "amount": amount / 100, "currency": currency}
+    call |= {k: v for k, v in (("memo", memo), ("idempotency_key", key)) if v is not None}
+    g = l4_guard(spent)
+    assert g.judge_call("transfer_funds", call).codes == expected
+    decision = g.check_call("transfer_funds", call)
+    assert decision.codes == expected
+    assert decision.allow is (expected == (ALLOWED,))
+    # The same rules on a pack context, where the item count is the context's own.
+    for items in (1, 2):
+        context = {
+            "amount": amount,
+            "currency": currency,
+            "merchant_id": recipient,
+            "region": "US",
+            "items": [{"sku": f"s{i}", "qty": 1} for i in range(items)],
+        }
+        context |= {k: v for k, v in (("memo", memo), ("idempotency_key", key)) if v is not None}
+        assert l4_guard(spent).check_context(context).codes == pack_order(
+            key=key,
+            recipient=recipient,
+            amount=amount,
+            memo=memo,
+            currency=currency,
+            spent=spent,
+            items=items,
+        )
+
+
+def test_a_missing_key_beside_a_forbidden_payee_is_two_reasons_in_words() -> None:
+    decision = l4_guard(0).check_call("transfer_funds", {"recipient": MALLORY, "amount": 5})
+    assert [r.to_dict() for r in decision.reasons] == [
+        {"code": INVALID_CONTEXT, "message": "idempotency_key is required by the passport"},
+        {"code": MERCHANT_FORBIDDEN, "message": "Merchant 'mallory@evil.test' not in allowlist"},
+        {"code": APPROVAL_CODE_MISSING, "message": "Memo lacks an approval code APC-YYYY-NNNN"},
+    ]
+    assert decision.transfer == Transfer(MALLORY, 500, "USD")
+    assert decision.executes is None
+
+
+@pytest.mark.parametrize("level", [4, 5])
+@pytest.mark.parametrize("status", ["active", "suspended"])
+@pytest.mark.parametrize("expired", [False, True])
+def test_a_passport_that_authorizes_nothing_is_its_own_whole_answer(
+    level: int, status: str, expired: bool
+) -> None:
+    data = json.loads((SHIPPED / f"level-{level}.json").read_text())
+    data["status"] = status
+    if expired:
+        data |= {"never_expires": False, "expires_at": "2026-01-01T00:00:00Z"}
+    g = Guard(passport_from_data(data), clock=lambda: NOON)
+    expected = (
+        *((PASSPORT_SUSPENDED,) if status != "active" else ()),
+        *((PASSPORT_EXPIRED,) if expired else ()),
+        *((UNKNOWN_CAPABILITY,) if level == 5 else ()),
+    )
+    # Level 4's limits would deny this call five ways; none of them is said when the
+    # passport itself authorizes nothing, since no call could pass.
+    bad = {"recipient": MALLORY, "amount": 5000}
+    context = {**CONTEXT, "merchant_id": MALLORY, "amount": 500_000}
+    assert g.check_call("transfer_funds", bad).codes == (
+        expected
+        or pack_order(
+            key=None, recipient=MALLORY, amount=500_000, memo=None, currency="USD", spent=0
+        )
+    )
+    assert g.check_context(context).codes == (
+        expected
+        or pack_order(
+            key=None, recipient=MALLORY, amount=500_000, memo=None, currency="USD", spent=0
+        )
+    )
 
 
 # -- look-alike recipients -------------------------------------------------------------------

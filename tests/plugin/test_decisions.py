@@ -311,8 +311,8 @@ def test_one_test_per_case_with_calls_and_an_exact_stable_file(pytester: pytest.
         '"idempotency_key": "k-00000001", "memo": "APC-2026-0001 café", '
         '"recipient": "audit@aport-vault.com"}, "tool": "transfer_funds"},\n'
         '    {"allow": false, "arguments": "{\\"recipient\\": \\"audit@aport-vault.com\\", '
-        '\\"amount\\": 1e2}", "call": 2, "codes": ["oap.invalid_context"], "executes": null, '
-        '"tool": "transfer_funds"}\n'
+        '\\"amount\\": 1e2}", "call": 2, "codes": ["oap.invalid_context", '
+        '"vault.approval_code_missing"], "executes": null, "tool": "transfer_funds"}\n'
         "  ]\n"
         "# ---\n"
     )
