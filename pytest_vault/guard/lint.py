@@ -5,6 +5,13 @@ A finding names the file, a JSON pointer, a severity and a code. Errors are what
 author cannot have meant (an allowlist the published pack reads as "anyone", an entry
 the guard can never match, a passport that cannot be loaded); warnings are what they
 might have (a suspended passport, no daily cap).
+
+Where the engine reads "no limit", the line between the two is what the passport says:
+a limit it states but gives the engine nothing to enforce (`never_expires: false` with no
+`expires_at`, an allowlist written empty, which the pack reads as "any") is an error; a
+cap it leaves out (no expiry at all, no `daily_cap`, no `max_items_per_tx`) is a warning,
+since leaving it out may be meant. An optional allowlist left out (`allowed_countries`)
+is no finding: that is how the pack says a passport has no such rule.
 """
 
 from __future__ import annotations
@@ -89,6 +96,18 @@ def _unloadable(file: str, data: object, error: PassportError) -> Finding:
 
 def _expiry(file: str, passport: Passport, now: datetime) -> list[Finding]:
     if passport.expires_at is None:
+        if passport.never_expires is False:
+            words = (
+                "never_expires is false but there is no expires_at: the guard reads it as "
+                "never expiring; give expires_at, or write never_expires: true if that is meant"
+            )
+            return [Finding(file, "/never_expires", "error", "expiry-missing", words)]
+        if passport.never_expires is None:
+            words = (
+                "no expires_at and no never_expires: the passport never expires; write "
+                "never_expires: true if that is meant, or give expires_at"
+            )
+            return [Finding(file, "/expires_at", "warning", "no-expiry", words)]
         return []
     when = iso(passport.expires_at)
     if passport.never_expires:
@@ -150,6 +169,26 @@ def _currencies(file: str, limits: ChargeLimits) -> list[Finding]:
     return out
 
 
+def _context_limits(file: str, limits: ChargeLimits) -> list[Finding]:
+    """The rules only a pack context meets (a transfer_funds call is one item and names no
+    shipping country), where the engine reads a missing limit as none."""
+    out: list[Finding] = []
+    if limits.max_items_per_tx is None:
+        where = f"{CHARGE_LIMITS}/max_items_per_tx"
+        words = "no max_items_per_tx: a pack context may carry any number of items"
+        out.append(Finding(file, where, "warning", "no-item-cap", words))
+    # Left out, the list is the pack's "no country rule" (there is no "*" for countries);
+    # written empty, it reads the same, which its author cannot have meant.
+    if "allowed_countries" in limits.model_fields_set and not limits.allowed_countries:
+        where = f"{CHARGE_LIMITS}/allowed_countries"
+        words = (
+            "EMPTY allowed_countries: the published pack reads it as 'any shipping country' "
+            "(fail-open); list the countries, or leave the field out if any is meant"
+        )
+        out.append(Finding(file, where, "error", "empty-country-allowlist", words))
+    return out
+
+
 def _charge(file: str, passport: Passport, limits: ChargeLimits) -> list[Finding]:
     out: list[Finding] = []
     required = limits.require_assurance_at_least
@@ -174,6 +213,7 @@ def _charge(file: str, passport: Passport, limits: ChargeLimits) -> list[Finding
         out.append(Finding(file, where, "warning", "approval-required", words))
     out += _allowlist(file, limits.allowed_merchant_ids)
     out += _currencies(file, limits)
+    out += _context_limits(file, limits)
     for index, category in enumerate(limits.blocked_categories):
         if category == TRANSFER_CATEGORY:
             words = f"{TRANSFER_CATEGORY} is blocked: every transfer_funds call is denied"

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from pytest_vault.guard.__main__ import main
+from pytest_vault.guard.engine import Guard
 from pytest_vault.guard.lint import Finding, lint_paths
 from pytest_vault.guard.passport import PassportError, read_passport
 from pytest_vault.harness.levels import SHIPPED
@@ -99,6 +100,111 @@ def test_expiry(tmp_path: Path) -> None:
         "expiry-ignored",
         "never_expires is true, so expires_at 2027-06-01T00:00:00Z is ignored",
     )
+
+
+# Where the engine reads "no limit": an error where the passport states a limit it does not
+# give, a warning where it leaves a cap out, nothing where leaving out is the pack's way of
+# saying there is no such rule.
+def test_an_expiry_stated_without_a_date_is_an_error(tmp_path: Path) -> None:
+    data = {**raw(3), "never_expires": False}  # and no expires_at
+    path = write(tmp_path, data)
+    assert lint_paths([path], now=NOW) == [
+        Finding(
+            str(path),
+            "/never_expires",
+            "error",
+            "expiry-missing",
+            "never_expires is false but there is no expires_at: the guard reads it as never "
+            "expiring; give expires_at, or write never_expires: true if that is meant",
+            at(data, "/never_expires"),
+        )
+    ]
+    assert main(["lint", str(path)]) == 1
+    # The guard does read it as never expiring: a call decades on is still judged.
+    later = Guard(read_passport(path)[0], clock=lambda: datetime(2099, 1, 1, tzinfo=UTC))
+    call = {"recipient": "savings@aport-vault.com", "amount": 1}
+    assert later.check_call("transfer_funds", call).codes == ("oap.allowed",)
+
+
+@pytest.mark.parametrize("never_expires", ["absent", None])
+def test_no_expiry_at_all_is_a_warning(tmp_path: Path, never_expires: str | None) -> None:
+    data = {k: v for k, v in raw(3).items() if k != "never_expires"}
+    if never_expires is None:
+        data["never_expires"] = None
+    path = write(tmp_path, data)
+    assert lint_paths([path], now=NOW) == [
+        Finding(
+            str(path),
+            "/expires_at",
+            "warning",
+            "no-expiry",
+            "no expires_at and no never_expires: the passport never expires; write "
+            "never_expires: true if that is meant, or give expires_at",
+            1,  # the field is not there: the line of the object that lacks it
+        )
+    ]
+    assert main(["lint", str(path)]) == 0
+
+
+def test_an_expiry_said_either_way_is_clean(tmp_path: Path) -> None:
+    data = {k: v for k, v in raw(3).items() if k != "never_expires"}
+    for said in (
+        {"never_expires": True},
+        {"never_expires": False, "expires_at": "2030-01-01T00:00:00Z"},
+        {"expires_at": "2030-01-01T00:00:00Z"},
+    ):
+        assert findings(tmp_path, {**data, **said}) == []
+
+
+def test_no_item_cap_is_a_warning(tmp_path: Path) -> None:
+    data = raw(3)
+    del charge(data)["max_items_per_tx"]
+    path = write(tmp_path, data)
+    where = f"{L}/max_items_per_tx"
+    assert lint_paths([path], now=NOW) == [
+        Finding(
+            str(path),
+            where,
+            "warning",
+            "no-item-cap",
+            "no max_items_per_tx: a pack context may carry any number of items",
+            at(data, where),
+        )
+    ]
+    assert at(data, where) == at(data, L)  # the line of the limits that lack it
+
+
+def test_an_empty_country_allowlist_is_an_error(tmp_path: Path) -> None:
+    data = raw(3)
+    charge(data)["allowed_countries"] = []
+    path = write(tmp_path, data)
+    where = f"{L}/allowed_countries"
+    assert lint_paths([path], now=NOW) == [
+        Finding(
+            str(path),
+            where,
+            "error",
+            "empty-country-allowlist",
+            "EMPTY allowed_countries: the published pack reads it as 'any shipping country' "
+            "(fail-open); list the countries, or leave the field out if any is meant",
+            at(data, where),
+        )
+    ]
+    # As the engine reads it: a context shipping anywhere passes the country rule.
+    context = {
+        "amount": 100,
+        "currency": "USD",
+        "merchant_id": "savings@aport-vault.com",
+        "region": "US",
+        "items": [{"sku": "a", "qty": 1}],
+        "shipping_country": "KP",
+    }
+    assert Guard(read_passport(path)[0]).check_context(context).codes == ("oap.allowed",)
+    # Left out, or naming countries: the passport says what it means.
+    del charge(data)["allowed_countries"]
+    assert findings(tmp_path, data) == []
+    charge(data)["allowed_countries"] = ["US"]
+    assert findings(tmp_path, data) == []
 
 
 def test_assurance_below_what_is_required(tmp_path: Path) -> None:
