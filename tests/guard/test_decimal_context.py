@@ -245,20 +245,18 @@ def test_decisions_and_their_words_do_not_depend_on_the_callers_context(
     assert [d["allow"] for d in expected[::2]].count(True) == 9
 
 
-def test_the_strict_reader_keeps_decimals_exact_in_any_context(caller_context: Context) -> None:
+def test_the_strict_reader_is_exact_and_refuses_the_same_numbers_in_any_context(
+    caller_context: Context,
+) -> None:
     value = parse_json_object('{"a": 123456789.123456789, "b": 1E+20, "c": 5e-30}')
     assert [v.as_tuple() for v in value.values()] == [
         Decimal("123456789.123456789").as_tuple(),
         Decimal("1E+20").as_tuple(),
         Decimal("5E-30").as_tuple(),
     ]
-
-
-def test_an_out_of_range_number_is_refused_the_same_way_when_nothing_is_trapped() -> None:
-    text = '{"recipient": "savings@aport-vault.com", "amount": 1e9999999999999999999999}'
-    for context in (Context(), Context(traps=[])):
-        with localcontext(context):
-            decision = Engine(load_passport(LEVEL3)).check_call("transfer_funds", text)
-        assert [r.to_dict() for r in decision.reasons] == [
-            {"code": "oap.invalid_context", "message": "not valid JSON: number out of range"}
-        ]
+    # Past what a Decimal holds: refused in words, never read as NaN (Decimal() did so
+    # wherever InvalidOperation was not trapped).
+    for number in ("1e9999999999999999999999", "1e-9999999999999999999999"):
+        with pytest.raises(Unreadable) as refused:
+            parse_json_object(f'{{"recipient": "{SAVINGS}", "amount": {number}}}')
+        assert str(refused.value) == "not valid JSON: number out of range"
