@@ -3,7 +3,13 @@
 One bank per process: one account and one guard ledger, so the daily cap holds across
 calls and sessions as a real bank's would. It serves the four tools with the schemas
 the suite uses (`harness.agent.TOOLS`), over stdio or streamable HTTP, with the guard in
-front in the `guarded` architecture, and writes one JSON Lines record per call.
+front in the `guarded` architecture, and keeps a JSON Lines log of every call.
+
+Nothing executes that is not logged: a transfer's `decision` record is written before
+the money moves, and its `outcome` record after. A decision record that cannot be
+written stops the transfer (the client is told nothing executed, the balance is as it
+was); an outcome record that cannot be written after the transfer executed leaves the
+client told the truth (it executed, with a note) and stderr told what the log lacks.
 
 Two things stand between the client's bytes and the bank, and neither may change them:
 
@@ -21,12 +27,13 @@ Works with `mcp>=1.20,<3`: `MCPServer` in 2.x, `FastMCP` in 1.x, chosen at impor
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import socket
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from decimal import Decimal
 from typing import IO, TYPE_CHECKING, Any, NamedTuple, NoReturn, cast
 
@@ -37,11 +44,27 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 from pydantic import TypeAdapter
 
-from pytest_vault.guard.engine import INVALID_CONTEXT, Unreadable, parse_json_object
+from pytest_vault.guard.engine import (
+    INVALID_CONTEXT,
+    TRANSFER_TOOL,
+    Decision,
+    Transfer,
+    Unreadable,
+    parse_json_object,
+)
 from pytest_vault.guard.passport import PassportError, reason
 from pytest_vault.guard.text import shown, valid_utf8
-from pytest_vault.harness.agent import TOOLS, open_bank
-from pytest_vault.harness.bank import ARCHITECTURES, TOOL_NAMES, Architecture, CallRecord
+from pytest_vault.harness.agent import TOOLS
+from pytest_vault.harness.bank import (
+    ARCHITECTURES,
+    TOOL_NAMES,
+    Architecture,
+    Bank,
+    CallRecord,
+    Clock,
+    NotRecorded,
+    utc_clock,
+)
 from pytest_vault.harness.levels import LEVELS, SHIPPED, Level, load_levels
 
 if TYPE_CHECKING:
@@ -71,13 +94,15 @@ MAX_BODY = 4 * 1024 * 1024
 # the SDKs' own parsers take (past that they drop a request unanswered, id and all).
 MAX_DEPTH = 64
 _MESSAGE: TypeAdapter[Any] = TypeAdapter(mcp_types.JSONRPCMessage)
+# What the bank has to tell an operator (an outcome the log lost) goes to stderr, as one
+# escaped line (`OneLine`), with the SDK's own warnings.
+_STDERR = logging.getLogger("vault-mcp")
 
 
-def _result(text: str, is_error: bool) -> mcp_types.CallToolResult:
+def _result(text: str, is_error: bool, *notes: str) -> mcp_types.CallToolResult:
     # By alias: 1.x names the field `isError`, 2.x `is_error`; both read `isError`.
-    return mcp_types.CallToolResult.model_validate(
-        {"content": [{"type": "text", "text": text}], "isError": is_error}
-    )
+    content = [{"type": "text", "text": t} for t in (text, *notes)]
+    return mcp_types.CallToolResult.model_validate({"content": content, "isError": is_error})
 
 
 def _no_arguments() -> None:
@@ -217,18 +242,64 @@ def _error(refusal: Refusal) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": refusal.id, "error": {"code": REFUSED, "message": message}}
 
 
+class CallLog:
+    """The JSON Lines log: each record written whole, and flushed, before the call goes on.
+
+    A record that cannot be written raises `NotRecorded`, naming the log and why. A record
+    cut short (a device that filled up mid-line) is ended with a newline before the next
+    one, so that one torn line never takes the record after it along.
+    """
+
+    def __init__(self, stream: IO[bytes], name: str) -> None:
+        self._stream = stream
+        self.name = name
+        self._torn = False
+
+    def write(self, line: bytes) -> None:
+        data = (b"\n" if self._torn else b"") + line + b"\n"
+        done = 0
+        try:
+            while done < len(data):
+                wrote = self._stream.write(data[done:])
+                if not wrote:  # None or 0: a stream that takes no more would loop forever
+                    raise OSError(errno.EIO, "the log took no bytes")
+                done += wrote
+            self._stream.flush()
+        except (OSError, ValueError) as exc:  # ValueError: the stream was closed
+            if done:
+                self._torn = done > len(data) - len(line) - 1  # any byte of this record
+            raise NotRecorded(f"{self.name}: cannot write: {reason(exc)}") from None
+        self._torn = False
+
+
 class BankServer:
-    """One bank behind an MCP server: one account and one ledger for its whole life."""
+    """One bank behind an MCP server: one account and one ledger for its whole life.
+
+    `log_name` names the log in what is said when it cannot be written (`--log 'x'`).
+    `clock` is the bank's (see `Bank`): every record's `time` is its reading of the call.
+    """
 
     def __init__(
-        self, level: Level, architecture: Architecture, log: IO[bytes], host: str = "127.0.0.1"
+        self,
+        level: Level,
+        architecture: Architecture,
+        log: IO[bytes],
+        host: str = "127.0.0.1",
+        *,
+        log_name: str = "the call log",
+        clock: Clock = utc_clock,
     ) -> None:
         self.level = level
         self.architecture = architecture
-        self.bank = open_bank(level, architecture, None)
-        self._log = log
+        self._log = CallLog(log, shown(log_name))
+        self.bank = Bank(level.passport, architecture, clock=clock, journal=self._decided)
         tools = [raw_tool(schema, self._handler(schema["name"])) for schema in TOOLS]
         self.mcp = _new_sdk_server(tools, host, self.call)
+
+    def start(self, serving: str) -> None:
+        """The log's first record, before any call: a log that cannot be written is
+        found now (`NotRecorded`), not by the first client."""
+        self._write({"record": "start", "serving": serving}, self.bank.tick())
 
     def _handler(self, name: str) -> Callable[[dict[str, Any]], Awaitable[Any]]:
         async def handle(arguments: dict[str, Any]) -> mcp_types.CallToolResult:
@@ -241,29 +312,66 @@ class BankServer:
         concurrent calls are judged and recorded one at a time against one ledger."""
         result = self.bank.call(name, arguments)
         # The ledger keeps what the caps need; the record goes to the log, not to memory.
-        self._record(self.bank.log.pop())
+        record = self.bank.log.pop()
+        try:
+            self._record(record)
+        except NotRecorded as lost:
+            if not record.executed:  # nothing is answered that the log does not have
+                _STDERR.error("a %r call was refused, unexecuted: %s", record.name, lost)
+                return _result(f"Refused: {lost}; nothing executed", True)
+            # It executed: the client is told so (an error would have it pay again), and
+            # stderr gets what the log lacks: its decision record has no outcome after it.
+            _STDERR.error(
+                "a transfer executed but its outcome record could not be written (%s): %s",
+                lost,
+                result.content,
+            )
+            note = f"This transfer executed; its outcome record could not be written ({lost})."
+            return _result(result.content, result.is_error, note)
         return _result(result.content, result.is_error)
 
-    def refused(self, refusal: Refusal, data: bytes) -> None:
-        """Log a message the strict reader refused, if it was (or may have been) a call."""
-        if refusal.method not in (None, "tools/call"):
-            return
+    def _decided(self, arguments: Any, transfer: Transfer, decision: Decision | None) -> None:
+        """The bank's journal: a transfer about to execute. Raises NotRecorded, and so
+        stops it, when the record cannot be written."""
         self._write(
             {
-                "tool": refusal.tool,
-                "arguments": None,
-                "message": data.decode(errors="backslashreplace"),
-                "executed": False,
-                "decision": {"allow": False, "codes": [INVALID_CONTEXT]},
-                "result": f"Refused: {refusal.reason}",
-                "is_error": True,
-            }
+                "record": "decision",
+                "tool": TRANSFER_TOOL,
+                "arguments": arguments,
+                "transfer": transfer.to_dict(),
+                # Guarded: enforced. Model alone: what the guard would have decided.
+                "decision": None if decision is None else _decision(decision),
+            },
+            self.bank.now,
         )
+
+    def refused(self, refusal: Refusal, data: bytes) -> None:
+        """Log a message the strict reader refused, if it was (or may have been) a call.
+        It is answered whatever the log says: a refusal executes nothing."""
+        if refusal.method not in (None, "tools/call"):
+            return
+        try:
+            self._write(
+                {
+                    "record": "outcome",
+                    "tool": refusal.tool,
+                    "arguments": None,
+                    "message": data.decode(errors="backslashreplace"),
+                    "executed": False,
+                    "decision": {"allow": False, "codes": [INVALID_CONTEXT]},
+                    "result": f"Refused: {refusal.reason}",
+                    "is_error": True,
+                },
+                self.bank.tick(),
+            )
+        except (NotRecorded, ValueError) as exc:  # ValueError: the clock's
+            _STDERR.error("a refused message could not be logged (%s)", exc)
 
     def _record(self, record: CallRecord) -> None:
         entry = record.to_dict()
         self._write(
             {
+                "record": "outcome",
                 "tool": entry.pop("name"),
                 "arguments": entry.pop("arguments"),
                 "executed": entry.pop("executed"),
@@ -273,12 +381,13 @@ class BankServer:
                 "result": entry.pop("result"),
                 "is_error": entry.pop("is_error"),
                 **entry,
-            }
+            },
+            self.bank.now,
         )
 
-    def _write(self, fields: dict[str, Any]) -> None:
+    def _write(self, fields: dict[str, Any], instant: datetime) -> None:
         line = {
-            "time": datetime.now(UTC).isoformat(),
+            "time": instant.isoformat(),
             "level": self.level.number,
             "architecture": self.architecture,
             **fields,
@@ -290,8 +399,11 @@ class BankServer:
         except ValueError:  # an in-process client's float("inf"): no JSON for it
             line["arguments"] = "<not JSON: a non-finite number>"
             text = json.dumps(line, ensure_ascii=True, allow_nan=False)
-        self._log.write(text.encode() + b"\n")
-        self._log.flush()
+        self._log.write(text.encode())
+
+
+def _decision(decision: Decision) -> dict[str, Any]:
+    return {"allow": decision.allow, "codes": list(decision.codes)}
 
 
 # -- stdio ------------------------------------------------------------------------------
@@ -463,6 +575,12 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def open_log(path: str) -> IO[bytes]:
+    """The `--log` file, appended, unbuffered: a record the device refuses is an error
+    now, never left in a buffer to land later, after the call was answered as refused."""
+    return open(path, "ab", buffering=0)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     cli = parser()
     args = cli.parse_args(argv)
@@ -479,13 +597,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             sock = listen(host, 8000 if args.port is None else args.port)
         except (OSError, ValueError) as exc:
             cli.error(f"cannot listen on {host!r}: {reason(exc)}")
+    # stderr beneath its buffer, as `open_log` opens a file: a record the device refuses
+    # must not wait in a buffer to be written after the call was answered as refused.
+    stderr = getattr(sys.stderr.buffer, "raw", sys.stderr.buffer)
     try:
-        log = sys.stderr.buffer if args.log is None else open(args.log, "ab")
+        log = stderr if args.log is None else open_log(args.log)
     except (OSError, ValueError) as exc:
         cli.error(f"--log {args.log!r}: cannot open: {reason(exc)}")
     _log_to_stderr()
-    server = BankServer(level, args.arch, log, host)
+    name = "the log (stderr)" if args.log is None else f"--log {args.log!r}"
+    server = BankServer(level, args.arch, log, host, log_name=name)
     where = "stdio" if sock is None else f"http://{host}:{sock.getsockname()[1]}/mcp"
+    try:
+        server.start(where)
+    except NotRecorded as exc:
+        cli.error(str(exc))
     sys.stderr.write(f"vault-mcp: level {level.number}, {args.arch}, serving on {where}\n")
     sys.stderr.flush()
     try:
@@ -496,7 +622,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     finally:
-        if log is not sys.stderr.buffer:
+        if log is not stderr:
             log.close()
     return 0
 

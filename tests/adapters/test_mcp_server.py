@@ -6,8 +6,10 @@ HTTP on 127.0.0.1) for what only a transport sees: the raw bytes of a message.
 
 from __future__ import annotations
 
+import errno
 import io
 import json
+import logging
 import os
 import queue
 import shutil
@@ -20,6 +22,7 @@ import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +31,9 @@ import pytest
 
 pytest.importorskip("mcp")
 
-from pytest_vault.adapters.mcp_server import MCP2, BankServer, main, screen
+from pytest_vault.adapters.mcp_server import MCP2, BankServer, main, open_log, screen
 from pytest_vault.harness.agent import TOOLS
-from pytest_vault.harness.bank import Architecture
+from pytest_vault.harness.bank import OPENING_BALANCE_MINOR, Architecture
 from pytest_vault.harness.levels import SHIPPED, load_levels
 
 RENT = "rent@aport-vault.com"
@@ -63,10 +66,13 @@ class Session:
         return [t.model_dump(by_alias=True, exclude_none=True) for t in listed.tools]
 
     async def call(self, name: str, arguments: dict[str, Any]) -> tuple[str, bool]:
+        [text], is_error = await self.contents(name, arguments)
+        return text, is_error
+
+    async def contents(self, name: str, arguments: dict[str, Any]) -> tuple[list[str], bool]:
         result = await self._client.call_tool(name, arguments)
         dumped = result.model_dump(by_alias=True)
-        [content] = dumped["content"]
-        return content["text"], dumped["isError"]
+        return [c["text"] for c in dumped["content"]], dumped["isError"]
 
 
 @asynccontextmanager
@@ -101,18 +107,25 @@ def run(body: Callable[[], Awaitable[None]]) -> None:
 
 
 def bank(
-    level: int = 2, architecture: Architecture = "guarded", folder: Path = SHIPPED
+    level: int = 2, architecture: Architecture = "guarded", folder: Path = SHIPPED, **options: Any
 ) -> tuple[BankServer, io.BytesIO]:
     log = io.BytesIO()
-    return BankServer(load_levels(folder)[level], architecture, log), log
+    return BankServer(load_levels(folder)[level], architecture, log, **options), log
 
 
-def records(log: bytes) -> list[dict[str, Any]]:
+def records(log: bytes, kind: str = "outcome") -> list[dict[str, Any]]:
+    """The log's records of one kind: `outcome` (one per call), `decision` (written before
+    a transfer executes) or `start`; every line is one of them."""
     out = [json.loads(line) for line in log.decode().splitlines()]
+    fields = {
+        "start": {"serving"},
+        "decision": {"tool", "arguments", "transfer", "decision"},
+        "outcome": {"tool", "arguments", "executed", "decision", "result", "is_error"},
+    }
     for record in out:
-        assert set(record) >= {"time", "tool", "arguments", "executed", "decision", "result"}
+        assert set(record) >= {"time", "level", "architecture", *fields[record["record"]]}
         del record["time"]
-    return out
+    return [r for r in out if r.pop("record") == kind]
 
 
 def brief(record: dict[str, Any]) -> tuple[Any, ...]:
@@ -280,6 +293,234 @@ def test_model_alone_executes_the_forbidden_transfer() -> None:
         False,
     )
     assert (record["audit"]["allow"], record["permitted"]) == (False, False)
+
+
+# -- the clock ---------------------------------------------------------------------------------
+
+# 03:30 on 2 March in New York: 08:30 UTC, on 2 March.
+NOW = datetime(2027, 3, 2, 3, 30, tzinfo=timezone(timedelta(hours=-5)))
+
+
+def test_the_servers_history_and_records_are_dated_by_its_clock() -> None:
+    # Opening, and the four calls: 23:30 in New York is 04:30 UTC on 3 March.
+    later = NOW + timedelta(hours=20)
+    readings = iter([NOW, NOW, NOW, later, later])
+    server, log = bank(clock=lambda: next(readings))
+
+    async def body() -> None:
+        async with connected(server) as client:
+            for amount, day in [(100, "2027-03-02"), (5, "2027-03-03")]:
+                await client.call("transfer_funds", {"recipient": RENT, "amount": amount})
+                text, _ = await client.call("get_transaction_history", {})
+                assert json.loads(text)["transactions"][-1] == {
+                    "date": day,
+                    "payee": RENT,
+                    "amount": f"${amount}",
+                    "status": "completed",
+                }
+
+    run(body)
+    # Each call's records (a transfer's decision and outcome) carry the call's one instant.
+    times = [json.loads(line)["time"] for line in log.getvalue().splitlines()]
+    assert times == ["2027-03-02T08:30:00+00:00"] * 3 + ["2027-03-03T04:30:00+00:00"] * 3
+
+
+# -- the log: nothing executes that is not logged -------------------------------------------
+
+LEVEL_2 = load_levels()[2]
+NO_ROOM = "the call log: cannot write: No space left on device"
+REFUSED_NO_ROOM = f"Refused: {NO_ROOM}; nothing executed"
+PAID_500 = PAID_100.replace('"$100"', '"$500"')
+
+
+class Device(io.FileIO):
+    """The `--log` file as `open_log` opens it (an unbuffered FileIO, appending), on a
+    device with `room` bytes left (None: plenty): a write takes what fits, then ENOSPC.
+    `refusals`: that many writes fail first, whatever the room."""
+
+    room: int | None = None
+    refusals = 0
+
+    def write(self, data: Any) -> int:
+        if self.refusals:
+            self.refusals -= 1
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        if self.room is None:
+            return super().write(data)
+        if self.room == 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        wrote = super().write(bytes(data)[: self.room])
+        self.room -= wrote
+        return wrote
+
+
+def device(path: Path) -> Device:
+    assert type(open_log(os.devnull)) is io.FileIO  # what the test device stands in for
+    return Device(path, "ab")
+
+
+def pays(server: BankServer, *amounts: int, **more: Any) -> list[tuple[list[str], bool]]:
+    """Each amount paid to RENT, with `more` arguments; each call's texts and is_error."""
+    answers: list[tuple[list[str], bool]] = []
+
+    async def body() -> None:
+        async with connected(server) as client:
+            for amount in amounts:
+                arguments = {"recipient": RENT, "amount": amount, **more}
+                answers.append(await client.contents("transfer_funds", arguments))
+
+    run(body)
+    return answers
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="/dev/full is Linux's")
+@pytest.mark.parametrize("architecture", ["guarded", "model"])
+def test_a_log_on_a_full_device_refuses_every_call_and_moves_no_money(
+    architecture: Architecture, caplog: pytest.LogCaptureFixture
+) -> None:
+    with open_log("/dev/full") as full:  # every write: ENOSPC
+        server = BankServer(LEVEL_2, architecture, full)
+        assert pays(server, 500, 500, 500) == [([REFUSED_NO_ROOM], True)] * 3
+
+        async def body() -> None:
+            async with connected(server) as client:
+                assert await client.call("get_balance", {}) == (REFUSED_NO_ROOM, True)
+
+        run(body)
+    assert server.bank.balance_minor == OPENING_BALANCE_MINOR
+    assert server.bank.enforcer.ledger.daily == server.bank.audit.ledger.daily == {}
+    assert [r.getMessage() for r in caplog.records] == [
+        f"a 'transfer_funds' call was refused, unexecuted: {NO_ROOM}"
+    ] * 3 + [f"a 'get_balance' call was refused, unexecuted: {NO_ROOM}"]
+
+
+def test_a_log_that_fills_up_mid_run_refuses_until_it_has_room_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "calls.jsonl"
+    with device(path) as log:
+        server = BankServer(LEVEL_2, "guarded", log)
+        assert pays(server, 500) == [([PAID_500], False)]
+        log.room = 0
+        assert pays(server, 500, 500) == [([REFUSED_NO_ROOM], True)] * 2
+        log.room = None
+        assert pays(server, 500) == [([PAID_500.replace("TX-000004", "TX-000005")], False)]
+    assert server.bank.balance_minor == OPENING_BALANCE_MINOR - 2 * 50_000
+    # What executed, each with its decision before it; of the refused calls, nothing.
+    data = path.read_bytes()
+    assert [r["record"] for r in map(json.loads, data.splitlines())] == [
+        "decision",
+        "outcome",
+        "decision",
+        "outcome",
+    ]
+    assert [brief(r)[2:4] for r in records(data)] == [(True, (True, "oap.allowed"))] * 2
+    assert [r["transfer"]["amount_minor"] for r in records(data, "decision")] == [50_000] * 2
+    assert len(caplog.records) == 2
+
+
+def test_a_decision_the_log_cannot_take_stops_the_transfer_and_its_outcome_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "calls.jsonl"
+    with device(path) as log:
+        server = BankServer(LEVEL_2, "model", log)
+        log.refusals = 1  # the decision record; the outcome record is written
+        refused = f"Transfer refused: {NO_ROOM}; nothing executed"
+        key = {"idempotency_key": "rent-2027-03"}
+        assert pays(server, 500, **key) == [([refused], True)]
+        assert pays(server, 500, **key) == [([PAID_500], False)]  # the key was not used up
+    assert server.bank.balance_minor == OPENING_BALANCE_MINOR - 50_000
+    logged = records(path.read_bytes())
+    arguments = {"recipient": RENT, "amount": 500, **key}
+    assert [brief(r) for r in logged] == [
+        ("transfer_funds", arguments, False, (True, "oap.allowed"), True),
+        ("transfer_funds", arguments, True, (True, "oap.allowed"), False),
+    ]
+    assert (logged[0]["result"], "audit" in logged[0]) == (refused, False)
+    assert caplog.records == []
+
+
+def test_an_outcome_the_log_cannot_take_after_the_transfer_executed_is_told_truthfully(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The decision record as a log with room writes it: the device has room for just that.
+    roomy, written = bank(clock=lambda: NOW)
+    pays(roomy, 500)
+    decision_line = written.getvalue().splitlines(keepends=True)[0]
+    assert json.loads(decision_line) == {
+        "time": "2027-03-02T08:30:00+00:00",
+        "level": 2,
+        "architecture": "guarded",
+        "record": "decision",
+        "tool": "transfer_funds",
+        "arguments": {"recipient": RENT, "amount": 500},
+        "transfer": {
+            "recipient": RENT,
+            "amount_minor": 50_000,
+            "currency": "USD",
+            "memo": None,
+            "idempotency_key": None,
+        },
+        "decision": {"allow": True, "codes": ["oap.allowed"]},
+    }
+    path = tmp_path / "calls.jsonl"
+    with device(path) as log:
+        log.room = len(decision_line)
+        server = BankServer(
+            LEVEL_2, "guarded", log, log_name="--log 'calls.jsonl'", clock=lambda: NOW
+        )
+        lost = "--log 'calls.jsonl': cannot write: No space left on device"
+        # It executed: told so, never an error a client would retry (and pay again).
+        assert pays(server, 500) == [
+            (
+                [
+                    PAID_500,
+                    f"This transfer executed; its outcome record could not be written ({lost}).",
+                ],
+                False,
+            )
+        ]
+        assert pays(server, 500) == [([f"Refused: {lost}; nothing executed"], True)]
+    assert server.bank.balance_minor == OPENING_BALANCE_MINOR - 50_000
+    # The log has the decision, with no outcome after it; stderr says what it lacks.
+    assert path.read_bytes() == decision_line
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (
+            logging.ERROR,
+            f"a transfer executed but its outcome record could not be written ({lost}): {PAID_500}",
+        ),
+        (logging.ERROR, f"a 'transfer_funds' call was refused, unexecuted: {lost}"),
+    ]
+
+
+def test_a_record_the_device_cuts_short_does_not_take_the_next_one_along(tmp_path: Path) -> None:
+    path = tmp_path / "calls.jsonl"
+    with device(path) as log:
+        server = BankServer(LEVEL_2, "guarded", log, clock=lambda: NOW)
+        pays(server, 100)
+        log.room = 25  # the next decision record is cut after 25 bytes
+        assert pays(server, 100) == [([REFUSED_NO_ROOM], True)]
+        log.room = None
+        pays(server, 100)
+    lines = path.read_bytes().splitlines()
+    assert lines[2] == lines[0][:25] == b'{"time": "2027-03-02T08:3'
+    whole = [json.loads(line)["record"] for line in lines[:2] + lines[3:]]
+    assert whole == ["decision", "outcome", "decision", "outcome"]
+    assert server.bank.balance_minor == OPENING_BALANCE_MINOR - 2 * 10_000
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="/dev/full is Linux's")
+def test_an_unwritable_log_stops_vault_mcp_before_it_serves(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--level", "2", "--log", "/dev/full"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr() == (
+        "",
+        "vault-mcp: error: --log '/dev/full': cannot write: No space left on device\n",
+    )
 
 
 # -- the strict reader ------------------------------------------------------------------------
@@ -504,6 +745,10 @@ def test_streamable_http_round_trip_and_a_refused_duplicate_key(tmp_path: Path) 
         server.terminate()
         _, stderr = server.communicate(timeout=30)
     assert f"vault-mcp: level 2, guarded, serving on {url}" in stderr.decode().splitlines()
+    # The log's first record, written before serving: so an unwritable log never serves.
+    assert records(log.read_bytes(), "start") == [
+        {"level": 2, "architecture": "guarded", "serving": url}
+    ]
     assert [brief(r) for r in records(log.read_bytes())] == [
         refused_record(),
         ("get_balance", {}, False, None, False),
