@@ -19,7 +19,10 @@ Two things stand between the client's bytes and the bank, and neither may change
 * The SDK parses each JSON-RPC message before any tool sees it, and lets the last of a
   duplicate key win, rounds numbers to floats and turns `1e400` into infinity. So every
   message is first read strictly at the transport boundary (`screen`), where the raw
-  text still exists; one that reads differently strictly is refused there.
+  text still exists; one that reads differently strictly is refused there. So is one
+  that is not a JSON-RPC 2.0 request, notification or response, which the SDK would
+  drop unanswered (an `id` of `1.5` reads to it as a notification): JSON-RPC's answer,
+  `-32600` with `id: null`, logged as refused, over both transports.
 
 Works with `mcp>=1.20,<3`: `MCPServer` in 2.x, `FastMCP` in 1.x, chosen at import.
 """
@@ -88,6 +91,8 @@ except ImportError:  # mcp 1.x: the same high-level server, named FastMCP
 NAME = "pytest-vault bank"
 # JSON-RPC "Invalid Request": the message cannot be read as one unambiguous request.
 REFUSED = -32600
+# JSON-RPC "Parse error": the message is not JSON at all.
+PARSE_ERROR = -32700
 # The body of one HTTP request the strict reader will hold in memory.
 MAX_BODY = 4 * 1024 * 1024
 # Nesting the strict reader accepts: far more than any tool call needs, and below what
@@ -180,9 +185,10 @@ class Refusal(NamedTuple):
     """A message the strict reader refused: why, and what can be answered."""
 
     reason: str
-    id: str | int | None  # the request to answer; None: nothing can be answered
+    id: str | int | None  # the request answered; None: answered with `id: null`
     method: str | None
     tool: str | None
+    code: int = REFUSED
 
 
 def _inexact(value: Any) -> str | None:
@@ -209,37 +215,108 @@ def _unique_only(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return {k: v for k, v in pairs if keys.count(k) == 1}
 
 
+def _kind(value: Any) -> str:
+    """A JSON value as a refusal names it: `null`, `true`, `number 1.5`, `an object`."""
+    if value is None or type(value) is bool:
+        return json.dumps(value)
+    if type(value) in (int, float, Decimal):
+        return f"number {value}"
+    if type(value) is str:
+        return json.dumps(value if len(value) <= 40 else f"{value[:40]}...")
+    return "an object" if type(value) is dict else "an array"
+
+
+def _got(message: dict[str, Any], key: str) -> str:
+    return _kind(message[key]) if key in message else "nothing"
+
+
+def _envelope(message: dict[str, Any]) -> str | None:
+    """Why `message` is not one JSON-RPC 2.0 request, notification or response; None if
+    it is. Stricter than JSON-RPC in two places, as MCP is: `params` and `result` are
+    objects. And an `id` is a string or an integer: `1.0` is a number JSON-RPC allows, but
+    the SDK would not answer it (it reads as a notification), so it is refused too."""
+    if message.get("jsonrpc") != "2.0" or type(message["jsonrpc"]) is not str:
+        return f'"jsonrpc" must be "2.0", got {_got(message, "jsonrpc")}'
+    if "id" in message and type(message["id"]) not in (str, int):
+        # Only an error response may say `id: null` (it answers what had no id to read).
+        if not (message["id"] is None and "error" in message and "method" not in message):
+            return f'"id" must be a string or an integer, got {_got(message, "id")}'
+    if "method" in message:
+        if type(message["method"]) is not str:
+            return f'"method" must be a string, got {_got(message, "method")}'
+        if "result" in message or "error" in message:
+            return "a request or notification carries no result or error"
+        if "params" in message and type(message["params"]) is not dict:
+            return f'"params" must be an object, got {_got(message, "params")}'
+        return None
+    if ("result" in message) == ("error" in message):
+        if "result" in message:
+            return "a response carries a result or an error, not both"
+        return 'no "method" (a request or notification) and no "result" or "error" (a response)'
+    if "id" not in message:
+        return 'a response needs the "id" of the request it answers'
+    if "result" in message:
+        return (
+            None
+            if type(message["result"]) is dict
+            else (f'"result" must be an object, got {_got(message, "result")}')
+        )
+    error = message["error"]
+    if type(error) is not dict:
+        return f'"error" must be an object, got {_got(message, "error")}'
+    if type(error.get("code")) is not int:
+        return f'"error.code" must be an integer, got {_got(error, "code")}'
+    if type(error.get("message")) is not str:
+        return f'"error.message" must be a string, got {_got(error, "message")}'
+    return None
+
+
+# The strict reader's words for a top-level array: in JSON-RPC, a batch.
+_BATCH = "expected a JSON object, got list"
+
+
 def screen(data: bytes) -> Refusal | None:
-    """None if `data` is JSON the SDK will read exactly as the strict reader does.
+    """None if `data` is one JSON-RPC 2.0 message the SDK will read exactly as the
+    strict reader does.
 
     Else why not, with the parts of the message that are unambiguous (a duplicated
-    `id` is not), so a request can still be answered and the refusal logged.
+    `id` is not), so that a request can still be answered and the refusal logged.
     """
     try:
-        problem = _inexact(parse_json_object(data))
+        message = parse_json_object(data)
     except Unreadable as exc:
         problem = str(exc)
-    if problem is None:
-        return None
+        if problem == _BATCH:  # MCP (2025-06-18 on) takes one message at a time
+            problem = "a JSON-RPC batch: send one message at a time"
+    else:
+        inexact = _inexact(message)
+        if inexact is None:
+            invalid = _envelope(message)
+            if invalid is None:
+                return None
+            # Not a valid request, so no id to answer (JSON-RPC): `id: null`.
+            return Refusal(shown(invalid), None, *_names(message))
+        problem = inexact
     try:  # only to find whom to answer: keys given twice are left out
         head = json.loads(data.decode(errors="replace"), object_pairs_hook=_unique_only)
     except (ValueError, RecursionError):
         head = {}
     head = head if type(head) is dict else {}
-    params = head.get("params")
-    request_id, method = head.get("id"), head.get("method")
+    request = "method" in head and "id" in head and _envelope(head) is None
+    code = PARSE_ERROR if problem.startswith("not valid JSON") else REFUSED
+    return Refusal(shown(problem), head["id"] if request else None, *_names(head), code)
+
+
+def _names(message: dict[str, Any]) -> tuple[str | None, str | None]:
+    """The method and, for a call, the tool: what the log says of a refused message."""
+    method, params = message.get("method"), message.get("params")
     tool = params.get("name") if type(params) is dict else None
-    return Refusal(
-        shown(problem),
-        request_id if type(request_id) in (str, int) else None,
-        method if type(method) is str else None,
-        tool if type(tool) is str else None,
-    )
+    return method if type(method) is str else None, tool if type(tool) is str else None
 
 
 def _error(refusal: Refusal) -> dict[str, Any]:
-    message = f"Refused: {refusal.reason}"
-    return {"jsonrpc": "2.0", "id": refusal.id, "error": {"code": REFUSED, "message": message}}
+    error = {"code": refusal.code, "message": f"Refused: {refusal.reason}"}
+    return {"jsonrpc": "2.0", "id": refusal.id, "error": error}
 
 
 class CallLog:
@@ -435,9 +512,10 @@ class _StrictLines:
                 yield line.decode()
                 continue
             self._server.refused(refusal, line.rstrip(b"\r\n"))
-            if refusal.id is not None:
-                await self._ready.wait()
-                await self._answers.send(SessionMessage(_MESSAGE.validate_python(_error(refusal))))
+            # Every refusal is answered, `id: null` when no request can be named: silence
+            # would leave the client waiting.
+            await self._ready.wait()
+            await self._answers.send(SessionMessage(_MESSAGE.validate_python(_error(refusal))))
 
 
 async def serve_stdio(server: BankServer) -> None:

@@ -31,7 +31,7 @@ import pytest
 
 pytest.importorskip("mcp")
 
-from pytest_vault.adapters.mcp_server import MCP2, BankServer, main, open_log, screen
+from pytest_vault.adapters.mcp_server import MCP2, BankServer, Refusal, main, open_log, screen
 from pytest_vault.harness.agent import TOOLS
 from pytest_vault.harness.bank import OPENING_BALANCE_MINOR, Architecture
 from pytest_vault.harness.levels import SHIPPED, load_levels
@@ -570,6 +570,202 @@ def test_screen_refuses_bytes_that_are_not_utf8_and_a_duplicated_id() -> None:
     assert twice is not None and (twice.reason, twice.id) == ("duplicate key 'id'", None)
 
 
+BALANCE_CALL = '"method": "tools/call", "params": {"name": "get_balance", "arguments": {}}'
+
+
+def envelope(fields: str) -> bytes:
+    return ("{" + fields + "}").encode()
+
+
+CALL, BALANCE = "tools/call", "get_balance"
+# (message, why it is refused, its method and tool as the log names them)
+NOT_JSON_RPC = [
+    # The ids JSON-RPC does not allow, and one it allows but the SDK never answers (1.0).
+    (
+        envelope(f'"jsonrpc": "2.0", "id": 1.5, {BALANCE_CALL}'),
+        '"id" must be a string or an integer, got number 1.5',
+        CALL,
+        BALANCE,
+    ),
+    (
+        envelope(f'"jsonrpc": "2.0", "id": 1.0, {BALANCE_CALL}'),
+        '"id" must be a string or an integer, got number 1.0',
+        CALL,
+        BALANCE,
+    ),
+    (
+        envelope(f'"jsonrpc": "2.0", "id": true, {BALANCE_CALL}'),
+        '"id" must be a string or an integer, got true',
+        CALL,
+        BALANCE,
+    ),
+    (
+        envelope(f'"jsonrpc": "2.0", "id": null, {BALANCE_CALL}'),
+        '"id" must be a string or an integer, got null',
+        CALL,
+        BALANCE,
+    ),
+    (
+        envelope(f'"jsonrpc": "2.0", "id": {{"n": 1}}, {BALANCE_CALL}'),
+        '"id" must be a string or an integer, got an object',
+        CALL,
+        BALANCE,
+    ),
+    (
+        envelope(f'"jsonrpc": "2.0", "id": [1], {BALANCE_CALL}'),
+        '"id" must be a string or an integer, got an array',
+        CALL,
+        BALANCE,
+    ),
+    (
+        envelope(f'"jsonrpc": "1.0", "id": 5, {BALANCE_CALL}'),
+        '"jsonrpc" must be "2.0", got "1.0"',
+        CALL,
+        BALANCE,
+    ),
+    (
+        envelope(f'"jsonrpc": 2.0, "id": 5, {BALANCE_CALL}'),
+        '"jsonrpc" must be "2.0", got number 2.0',
+        CALL,
+        BALANCE,
+    ),
+    (envelope(f'"id": 5, {BALANCE_CALL}'), '"jsonrpc" must be "2.0", got nothing', CALL, BALANCE),
+    (
+        envelope('"jsonrpc": "2.0", "id": 5, "method": 7'),
+        '"method" must be a string, got number 7',
+        None,
+        None,
+    ),
+    (
+        envelope('"jsonrpc": "2.0", "id": 5, "params": {"name": "get_balance"}'),
+        'no "method" (a request or notification) and no "result" or "error" (a response)',
+        None,
+        BALANCE,
+    ),
+    (
+        envelope('"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": ["get_balance"]'),
+        '"params" must be an object, got an array',
+        CALL,
+        None,
+    ),
+    (
+        envelope('"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": "get_balance"'),
+        '"params" must be an object, got "get_balance"',
+        CALL,
+        None,
+    ),
+    (
+        envelope('"jsonrpc": "2.0", "method": "notifications/cancelled", "params": [5]'),
+        '"params" must be an object, got an array',
+        "notifications/cancelled",
+        None,
+    ),
+    (
+        envelope(f'"jsonrpc": "2.0", "id": 5, {BALANCE_CALL}, "result": {{}}'),
+        "a request or notification carries no result or error",
+        CALL,
+        BALANCE,
+    ),
+    (
+        envelope('"jsonrpc": "2.0", "id": 5, "result": {}, "error": {"code": 1, "message": "x"}'),
+        "a response carries a result or an error, not both",
+        None,
+        None,
+    ),
+    (
+        envelope('"jsonrpc": "2.0", "result": {}'),
+        'a response needs the "id" of the request it answers',
+        None,
+        None,
+    ),
+    (
+        envelope('"jsonrpc": "2.0", "id": 5, "result": 5'),
+        '"result" must be an object, got number 5',
+        None,
+        None,
+    ),
+    (
+        envelope('"jsonrpc": "2.0", "id": 5, "error": "x"'),
+        '"error" must be an object, got "x"',
+        None,
+        None,
+    ),
+    (
+        envelope('"jsonrpc": "2.0", "id": 5, "error": {"code": 1.0, "message": "x"}'),
+        '"error.code" must be an integer, got number 1.0',
+        None,
+        None,
+    ),
+    (
+        envelope('"jsonrpc": "2.0", "id": null, "error": {"code": -32700}'),
+        '"error.message" must be a string, got nothing',
+        None,
+        None,
+    ),
+    (
+        b"[" + envelope(f'"jsonrpc": "2.0", "id": 5, {BALANCE_CALL}') + b"]",
+        "a JSON-RPC batch: send one message at a time",
+        None,
+        None,
+    ),
+    (b"[]", "a JSON-RPC batch: send one message at a time", None, None),
+    (b"5", "expected a JSON object, got int", None, None),
+]
+
+
+@pytest.mark.parametrize(("data", "problem", "method", "tool"), NOT_JSON_RPC)
+def test_screen_refuses_a_message_that_is_not_json_rpc_2_0_with_invalid_request(
+    data: bytes, problem: str, method: str | None, tool: str | None
+) -> None:
+    # No id to answer: JSON-RPC's `id: null`. The method and tool, for the log.
+    assert screen(data) == Refusal(problem, None, method, tool, -32600)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        envelope(f'"jsonrpc": "2.0", "id": 5, {BALANCE_CALL}'),
+        envelope(f'"jsonrpc": "2.0", "id": "call-5", {BALANCE_CALL}'),
+        envelope('"jsonrpc": "2.0", "id": 12345678901234567890, "method": "ping"'),
+        envelope('"jsonrpc": "2.0", "method": "notifications/initialized"'),
+        envelope(
+            '"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 5}'
+        ),
+        envelope('"jsonrpc": "2.0", "id": 5, "result": {}'),
+        envelope('"jsonrpc": "2.0", "id": "s-1", "error": {"code": -32601, "message": "no"}'),
+        # An error answering what had no id to read says `id: null`.
+        envelope(
+            '"jsonrpc": "2.0", "id": null, "error": {"code": -32700, "message": "x", "data": 1}'
+        ),
+    ],
+)
+def test_screen_passes_every_request_notification_and_response(data: bytes) -> None:
+    assert screen(data) is None
+
+
+def test_a_message_that_is_not_json_is_a_parse_error() -> None:
+    assert screen(b'{"jsonrpc": "2.0", "id": 1,') == Refusal(
+        "not valid JSON: Expecting property name enclosed in double quotes at column 28",
+        None,
+        None,
+        None,
+        -32700,
+    )
+    # Readable, but not exactly: an Invalid Request, answered with its id.
+    duplicate = screen(call_line('{"recipient": "a", "recipient": "b", "amount": 1}'))
+    assert duplicate is not None and (duplicate.id, duplicate.code) == (7, -32600)
+
+
+def invalid_request(problem: str) -> dict[str, Any]:
+    error = {"code": -32600, "message": f"Refused: {problem}"}
+    return {"jsonrpc": "2.0", "id": None, "error": error}
+
+
+# Over each transport: calls the SDK would drop unanswered (1.5, true, null, an object),
+# and other messages that are not JSON-RPC.
+SILENT = [NOT_JSON_RPC[i][:2] for i in (0, 1, 2, 3, 4, 6, 11, 21)]
+
+
 # -- through the transports -------------------------------------------------------------------
 
 
@@ -754,6 +950,80 @@ def test_streamable_http_round_trip_and_a_refused_duplicate_key(tmp_path: Path) 
         ("get_balance", {}, False, None, False),
         ("transfer_funds", {"recipient": RENT, "amount": 100}, True, (True, "oap.allowed"), False),
     ]
+
+
+def test_stdio_answers_every_message_that_is_not_json_rpc_and_logs_the_calls(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "calls.jsonl"
+    command = [sys.executable, "-m", "pytest_vault.adapters.mcp_server", "--level", "2"]
+    server = subprocess.Popen(
+        [*command, "--log", str(log)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=ENV,
+    )
+    assert server.stdin is not None and server.stdout is not None
+    said: queue.Queue[bytes] = queue.Queue()
+    threading.Thread(target=lambda: [said.put(x) for x in server.stdout], daemon=True).start()
+    lines = [INITIALIZE, rpc(None, "notifications/initialized", {})]
+    lines += [data for data, _ in SILENT]
+    lines.append(rpc(9, "tools/call", {"name": "get_balance", "arguments": {}}))
+    try:
+        server.stdin.write(b"".join(line + b"\n" for line in lines))
+        server.stdin.flush()
+        got = [json.loads(said.get(timeout=30)) for _ in range(len(SILENT) + 2)]
+        server.stdin.close()
+        assert server.wait(timeout=30) == 0
+    finally:
+        server.kill()
+        server.wait(timeout=30)
+    assert said.empty()
+    # In order, each refused at the transport; the balance call answered after them.
+    refused = [a for a in got if a["id"] not in (1, 9)]
+    assert refused == [invalid_request(problem) for _, problem in SILENT]
+    assert [a["result"]["content"][0]["text"] for a in got if a["id"] == 9] == [FULL_BALANCE]
+    logged = records(log.read_bytes())
+    # Six name their tool; an array of params and a batch name none.
+    assert [brief(r) for r in logged] == [refused_record(BALANCE)] * 6 + [
+        refused_record(None),
+        refused_record(None),
+        ("get_balance", {}, False, None, False),
+    ]
+    assert [r["result"] for r in logged[:-1]] == [f"Refused: {p}" for _, p in SILENT]
+    assert [r["message"] for r in logged[:-1]] == [data.decode() for data, _ in SILENT]
+
+
+def test_streamable_http_answers_every_message_that_is_not_json_rpc(tmp_path: Path) -> None:
+    log, port = tmp_path / "calls.jsonl", free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    command = [sys.executable, "-m", "pytest_vault.adapters.mcp_server", "--level", "2"]
+    command += ["--transport", "http", "--port", str(port), "--log", str(log)]
+    server = subprocess.Popen(command, env=ENV, stderr=subprocess.PIPE)
+    answers = []
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, "server did not start"
+                time.sleep(0.05)
+        headers = {"accept": "application/json, text/event-stream", "content-type": JSON}
+        for data, _ in SILENT:
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(urllib.request.Request(url, data, headers), timeout=10)
+            answers.append((refused.value.code, json.loads(refused.value.read())))
+    finally:
+        server.terminate()
+        server.communicate(timeout=30)
+    # Never a 202 with no body: the SDK is never given them.
+    assert answers == [(400, invalid_request(problem)) for _, problem in SILENT]
+    assert [brief(r) for r in records(log.read_bytes())] == [refused_record(BALANCE)] * 6 + [
+        refused_record(None)
+    ] * 2
 
 
 # -- hostile options ---------------------------------------------------------------------------
