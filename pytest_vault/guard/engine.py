@@ -125,7 +125,8 @@ _SCALE: tuple[int, ...] = tuple(10**d for d in range(max(MINOR_DIGITS.values()) 
 # The one context every Decimal the guard makes or prints goes through, never the caller's
 # (whose `getcontext().prec = 2` turned a judged 499 into a paid 5.0E+2): precise enough to
 # hold any number a text can write, and trapping every signal, so that nothing is rounded,
-# clamped or made NaN, and what cannot be held exactly raises instead.
+# clamped or made NaN, and what cannot be held exactly raises instead. A constant: only
+# its flags change (as a trap raises), and nothing reads them.
 EXACT = Context(
     prec=MAX_PREC,
     Emax=MAX_EMAX,
