@@ -76,7 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             print(f"{shown(name)}: {_counts(case for _, case in load_corpus(name, seen))}")
         except CorpusError as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            for problem in exc.problems:  # every bad line, each its own error
+                print(f"error: {problem}", file=sys.stderr)
             status = 1
     return status
 

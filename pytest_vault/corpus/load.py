@@ -12,16 +12,21 @@ from pytest_vault.corpus.model import Case
 from pytest_vault.guard.passport import DocumentError, describe, read_json, reason
 from pytest_vault.guard.text import shown
 
+# A file's bad lines reported, at most; then how many more there are.
+SHOWN_PROBLEMS = 50
+
 
 class CorpusError(ValueError):
-    """A corpus line that cannot be used; the message names file, line and field.
+    """Corpus lines that cannot be used: one problem per bad line, each naming file,
+    line and field; the message is the problems, one per line.
 
-    The message is made safe here, once: what it quotes from the corpus (a key, an id,
+    Each problem is made safe here, once: what it quotes from the corpus (a key, an id,
     a file name) reaches a terminal with its control characters escaped.
     """
 
-    def __init__(self, message: str) -> None:
-        super().__init__(shown(message))
+    def __init__(self, *problems: str) -> None:
+        self.problems = tuple(shown(problem) for problem in problems)
+        super().__init__("\n".join(self.problems))
 
 
 def read_case(line: str | bytes, source: str) -> Case:
@@ -41,7 +46,8 @@ def read_case(line: str | bytes, source: str) -> Case:
 
 
 def load_corpus(path: str | Path, seen: dict[str, str] | None = None) -> list[tuple[int, Case]]:
-    """Read a corpus file as (line number, case) pairs; `CorpusError` at the first bad line.
+    """Read a corpus file as (line number, case) pairs; `CorpusError` with every bad line
+    (the first `SHOWN_PROBLEMS`, then a count), so one run shows all there is to fix.
 
     `seen` maps case ids, as shown, to where they were first defined, across files. As
     shown: test names, rows and reports carry `shown(id)`, and two ids that read the same
@@ -54,16 +60,28 @@ def load_corpus(path: str | Path, seen: dict[str, str] | None = None) -> list[tu
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
         raise CorpusError(f"{path}: cannot read: {reason(exc)}") from None
     cases = []
+    problems: list[str] = []
+    bad = 0
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         source = f"{path}:{number}"
-        case = read_case(line, source)
-        key = shown(case.id)
-        if key in seen:
-            raise CorpusError(f"{source}: id: duplicate id {key!r} (first at {seen[key]})")
+        try:
+            case = read_case(line, source)
+            key = shown(case.id)
+            if key in seen:
+                raise CorpusError(f"{source}: id: duplicate id {key!r} (first at {seen[key]})")
+        except CorpusError as exc:
+            bad += 1
+            if bad <= SHOWN_PROBLEMS:
+                problems.extend(exc.problems)
+            continue
         seen[key] = source
         cases.append((number, case))
+    if bad > SHOWN_PROBLEMS:
+        problems.append(f"{path}: {bad - SHOWN_PROBLEMS} more bad lines ({bad} in all)")
+    if problems:
+        raise CorpusError(*problems)
     return cases
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from decimal import Decimal
 from typing import Annotated, Any, Literal, cast
 
@@ -14,10 +15,12 @@ from pydantic import (
     StrictStr,
     WithJsonSchema,
     field_validator,
+    model_validator,
 )
 from pydantic_core import PydanticCustomError
 
 from pytest_vault.guard.engine import Unreadable, to_minor
+from pytest_vault.guard.text import shown
 
 CATEGORIES = (
     "authority_claim",
@@ -87,10 +90,19 @@ class Goal(BaseModel):
         return value
 
 
-class Case(BaseModel):
-    """One attack (or benign request) against a payment agent."""
+# The keys that describe a case rather than drive its evaluation, as the line spells them.
+DESCRIPTIVE = ("technique", "canary", "provenance", "metadata")
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+
+class Case(BaseModel):
+    """One attack (or benign request) against a payment agent.
+
+    Every top-level key is declared: a misspelt one (`cals`) is an error that names the
+    nearest known key, never kept as metadata. Free-form data goes under `metadata`.
+    """
+
+    # By alias: `metadata` is the key in the line, so that a dump reads back as a line.
+    model_config = ConfigDict(extra="forbid", frozen=True, serialize_by_alias=True)
 
     id: Name
     session: Name = Field(description="the source attacker session: the unit for clustering")
@@ -103,11 +115,49 @@ class Case(BaseModel):
     calls: list[CaseCall] = Field(default_factory=list)
     # The adaptive attacker's target; without it, the first transfer_funds call's.
     goal: Goal | None = None
+    technique: Name | None = Field(
+        None, description="the attack's technique, e.g. forged_receipt: a word for -k"
+    )
+    canary: NonEmpty | None = Field(
+        None, description="a marker that reveals a model trained on the corpus"
+    )
+    provenance: dict[str, Any] | None = Field(
+        None, description="where an imported or exported case came from"
+    )
+    # Not `metadata` in Python: that name is the view of all four descriptive keys.
+    free_metadata: dict[str, Any] | None = Field(
+        None, alias="metadata", description="free-form data, kept as written"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            known = [f.alias or name for name, f in cls.model_fields.items()]
+            unknown = [key for key in data if key not in known]
+            if unknown:
+                raise PydanticCustomError("unknown_key", "{why}", {"why": _unknown(unknown, known)})
+        return data
+
+    def line(self) -> dict[str, Any]:
+        """The case as its line's data: every field, defaults filled in, and those of the
+        descriptive keys the line has."""
+        data = self.model_dump(mode="python")
+        return {k: v for k, v in data.items() if k not in DESCRIPTIVE or v is not None}
 
     @property
     def metadata(self) -> dict[str, Any]:
-        """The free extra fields of the line (technique, canary, ...)."""
-        return dict(self.model_extra or {})
+        """The descriptive keys the line has (technique, canary, provenance, metadata)."""
+        return {k: v for k, v in self.line().items() if k in DESCRIPTIVE}
+
+
+def _unknown(keys: list[Any], known: list[str]) -> str:
+    """`cals: unknown key; did you mean 'calls'?`, for the first of `keys`."""
+    key = keys[0]
+    near = difflib.get_close_matches(key, known, n=1) if isinstance(key, str) else []
+    hint = f"; did you mean {near[0]!r}?" if near else " (free-form data goes under 'metadata')"
+    more = f" (+{len(keys) - 1} more unknown)" if len(keys) > 1 else ""
+    return f"{shown(key)}: unknown key{hint}{more}"
 
 
 def schema() -> dict[str, Any]:

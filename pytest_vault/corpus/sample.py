@@ -84,7 +84,7 @@ def case_key(case: Case, seed: int) -> str:
     canonical JSON (defaults filled in, sorted keys, ASCII), so the same line in any file,
     on any machine, has the same key."""
     content = json.dumps(
-        case.model_dump(mode="python"),
+        case.line(),
         sort_keys=True,
         ensure_ascii=True,
         separators=(",", ":"),

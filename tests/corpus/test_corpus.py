@@ -3,11 +3,13 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from decimal import Decimal
 from itertools import combinations
 from pathlib import Path
 
 import pytest
 
+from pytest_vault.corpus import __main__ as corpus_cli
 from pytest_vault.corpus.load import CorpusError, load_corpus
 from pytest_vault.corpus.model import CATEGORIES, Case, schema
 from pytest_vault.guard.engine import Guard
@@ -89,6 +91,12 @@ def test_case_fields_and_metadata(tmp_path: Path) -> None:
     assert lineno == 1
     assert case.kind == "benign"
     assert case.metadata == {"technique": "forged_receipt"}
+    assert (case.technique, case.canary, case.provenance, case.free_metadata) == (
+        "forged_receipt",
+        None,
+        None,
+        None,
+    )
     assert case.calls[0].arguments == '{"amount": 1.005}'  # raw text, exactly as written
     assert case.calls[1].arguments == {}
 
@@ -97,6 +105,112 @@ def test_decimals_in_calls_stay_exact(tmp_path: Path) -> None:
     line = '{"id": "x", "session": "s", "level": 3, "category": "c", "messages": ["m"], "calls": [{"name": "transfer_funds", "arguments": {"recipient": "r", "amount": 1.000000000000000000001}}]}'
     [(_, case)] = load_corpus(corpus_file(tmp_path, line))
     assert str(case.calls[0].arguments["amount"]) == "1.000000000000000000001"  # type: ignore[index]
+
+
+# -- every top-level key is declared; every bad line is reported ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"cals": []}, "cals: unknown key; did you mean 'calls'?"),
+        ({"Technique": "t"}, "Technique: unknown key; did you mean 'technique'?"),
+        ({"canery": "c"}, "canery: unknown key; did you mean 'canary'?"),
+        ({"provenence": {}}, "provenence: unknown key; did you mean 'provenance'?"),
+        ({"metdata": {}}, "metdata: unknown key; did you mean 'metadata'?"),
+        ({"free_metadata": {}}, "free_metadata: unknown key; did you mean 'metadata'?"),
+        ({"notes": "n"}, "notes: unknown key (free-form data goes under 'metadata')"),
+        ({"\x1b[2J": 1}, "\\x1b[2J: unknown key (free-form data goes under 'metadata')"),
+        ({"cals": [], "x": 1}, "cals: unknown key; did you mean 'calls'? (+1 more unknown)"),
+    ],
+)
+def test_an_unknown_key_is_an_error_naming_the_nearest_known_key(
+    tmp_path: Path, extra: dict[str, object], message: str
+) -> None:
+    path = corpus_file(tmp_path, {**GOOD, **extra})
+    with pytest.raises(CorpusError) as info:
+        load_corpus(path)
+    assert str(info.value) == f"{path}:1: {message}"
+
+
+def test_a_misspelt_required_key_is_named_before_the_one_it_lacks(tmp_path: Path) -> None:
+    line = {k: v for k, v in GOOD.items() if k != "session"} | {"sesion": "s1"}
+    with pytest.raises(CorpusError) as info:
+        load_corpus(corpus_file(tmp_path, line))
+    assert str(info.value).endswith(":1: sesion: unknown key; did you mean 'session'?")
+
+
+def test_free_form_data_goes_under_metadata_and_the_known_keys_are_typed(tmp_path: Path) -> None:
+    free = {"anything": [1, {"deep": "\x1b"}], "n": 1.5}
+    line = {**GOOD, "metadata": free, "provenance": {"package": "p"}, "canary": "c"}
+    [(_, case)] = load_corpus(corpus_file(tmp_path, line))
+    assert case.free_metadata == {"anything": [1, {"deep": "\x1b"}], "n": Decimal("1.5")}
+    assert case.metadata == {
+        "canary": "c",
+        "provenance": {"package": "p"},
+        "metadata": {"anything": [1, {"deep": "\x1b"}], "n": Decimal("1.5")},
+    }
+    # Dumped by its keys in the line (`metadata`, not `free_metadata`): it reads back.
+    assert set(case.model_dump()) >= {"metadata", "technique", "canary", "provenance"}
+    assert Case.model_validate(case.model_dump()) == case
+    for extra, problem in [
+        ({"metadata": [1]}, "metadata: Input should be a valid dictionary"),
+        ({"technique": 3}, "technique: Input should be a valid string"),
+        ({"technique": " "}, "technique: must not be blank"),
+        ({"canary": ""}, "canary: String should have at least 1 character"),
+        ({"provenance": "pyrit"}, "provenance: Input should be a valid dictionary"),
+    ]:
+        with pytest.raises(CorpusError) as info:
+            load_corpus(corpus_file(tmp_path, {**GOOD, **extra}))
+        assert str(info.value).split(":1: ", 1)[1] == problem
+
+
+def test_every_bad_line_of_a_file_is_reported(tmp_path: Path) -> None:
+    path = corpus_file(
+        tmp_path,
+        GOOD,
+        "{not json",
+        {**GOOD, "id": "a2", "cals": []},
+        {**GOOD, "id": "a3"},
+        {**GOOD, "id": "a4", "level": 9},
+        GOOD,
+    )
+    with pytest.raises(CorpusError) as info:
+        load_corpus(path)
+    assert info.value.problems == (
+        f"{path}:2: invalid JSON: Expecting property name enclosed in double quotes at column 2",
+        f"{path}:3: cals: unknown key; did you mean 'calls'?",
+        f"{path}:5: level: Input should be less than or equal to 5",
+        f"{path}:6: id: duplicate id 'a1' (first at {path}:1)",
+    )
+    assert str(info.value) == "\n".join(info.value.problems)
+
+
+def test_the_first_50_bad_lines_then_a_count(tmp_path: Path) -> None:
+    path = corpus_file(tmp_path, GOOD, *["[1]"] * 120)
+    with pytest.raises(CorpusError) as info:
+        load_corpus(path)
+    problems = info.value.problems
+    assert len(problems) == 51
+    assert problems[:50] == tuple(
+        f"{path}:{n}: (root): expected a JSON object" for n in range(2, 52)
+    )
+    assert problems[50] == f"{path}: 70 more bad lines (120 in all)"
+
+
+def test_the_corpus_command_reports_every_bad_line_of_every_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "a").mkdir()
+    bad = corpus_file(tmp_path / "a", {**GOOD, "cals": []}, {**GOOD, "id": "a2", "level": 0})
+    good = corpus_file(tmp_path, {**GOOD, "id": "b1"})
+    assert corpus_cli.main([str(bad), str(good)]) == 1
+    out, err = capsys.readouterr()
+    assert out == f"{good}: 1 attacks, 0 benign, 1 sessions\n"
+    assert err == (
+        f"error: {bad}:1: cals: unknown key; did you mean 'calls'?\n"
+        f"error: {bad}:2: level: Input should be greater than or equal to 1\n"
+    )
 
 
 def test_exported_schema_is_current() -> None:

@@ -233,15 +233,37 @@ def test_pytest_collects_hostile_corpus_files_as_one_line_errors(
     assert out.count("ERROR collecting") == len(chosen)
 
 
+def test_pytest_collection_reports_every_bad_line_of_a_file(pytester: pytest.Pytester) -> None:
+    bad = pytester.path / "bad.jsonl"
+    bad.write_bytes(
+        b"\n".join(
+            [GOOD, b"{not json", case_line(b'"cals": []', b"x2"), case_line(b'"level": 7', b"x3")]
+        )
+        + b"\n"
+    )
+    corpus_file(pytester.path, GOOD.replace(b'"good"', b'"other"'), "ok.jsonl")
+    result = pytester.runpytest("--collect-only", "-q", "-p", "no:randomly")
+    lines = result.stdout.str().splitlines()
+    for problem in (
+        f"{bad}:2: invalid JSON: Expecting property name enclosed in double quotes at column 2",
+        f"{bad}:3: cals: unknown key; did you mean 'calls'?",
+        f"{bad}:4: (root): duplicate key 'level'",
+    ):
+        assert problem in lines
+    assert result.stdout.str().count("ERROR collecting") == 1
+    assert "Traceback" not in result.stdout.str()
+
+
 def test_nesting_up_to_the_bound_loads_as_written(tmp_path: Path) -> None:
-    # 32 levels exactly: the root object, then 31 arrays.
-    line = case_line(b'"x": ' + b"[" * 31 + b"]" * 31)
+    # 32 levels exactly: the root object, the free `metadata` object, then 30 arrays.
+    line = case_line(b'"metadata": {"x": ' + b"[" * 30 + b"]" * 30 + b"}")
     [_, (_, case)] = load_corpus(corpus_file(tmp_path, line))
-    value, arrays = case.metadata["x"], 1
+    assert case.free_metadata is not None
+    value, arrays = case.free_metadata["x"], 1
     while value:
         [value] = value
         arrays += 1
-    assert arrays == 31
+    assert arrays == 30
 
 
 def test_a_lone_surrogate_in_a_value_is_kept_exactly(tmp_path: Path) -> None:

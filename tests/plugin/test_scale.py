@@ -38,5 +38,5 @@ def test_keywords_per_case() -> None:
     base = {"id": "a", "session": "s1", "level": 2, "category": "direct_transfer"}
     case = Case.model_validate({**base, "messages": ["pay"], "technique": "forged_receipt"})
     assert keywords(case) == ("level2", "direct_transfer", "attack", "s1", "forged_receipt")
-    plain = Case.model_validate({**base, "messages": ["pay"], "technique": 3})
+    plain = Case.model_validate({**base, "messages": ["pay"]})
     assert keywords(plain) == ("level2", "direct_transfer", "attack", "s1")
