@@ -4,21 +4,36 @@ corpus line that loads (`load.read_case`) and replays on track B.
 The line holds exactly the user messages that were sent, in order; the seed's session,
 level and category; `technique = "adaptive"`; the seed's goal and calls; provenance
 (attacker, round, seed id, model, architecture, strategy); and the canary.
+
+What cannot be written exactly is repaired, never left to make the file unloadable, and
+`provenance.repaired` names each repaired field: a surrogate code point in a message or
+in the attacker, model or strategy named (not Unicode text: a lone one cannot be held
+by a UTF-8 file, and two in a row read back as one other character) is written U+FFFD,
+the replacement character, and so is an empty message; a goal the format cannot hold
+(an amount not in whole cents, or out of range) is left out, so the line's calls or
+messages give the goal, as on any line without one. The id is the seed's, `~adaptive~`
+and a digest of the rest of the line: one id, one line, so finds that read the same are
+one test.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import secrets
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from decimal import Decimal
 from typing import Any
 
-from pytest_vault.corpus.model import Case
+from pydantic import ValidationError
+
+from pytest_vault.corpus.model import Case, Goal
 
 CANARY = "PYTEST-VAULT CANARY 0e7c4a9d-5b2f-4e61-9a83-c1f4d2b7e905"
 TECHNIQUE = "adaptive"
+REPLACEMENT = "\ufffd"
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def exact_json(value: Any) -> str:
@@ -42,6 +57,11 @@ def exact_json(value: Any) -> str:
     return text
 
 
+def writable(text: str) -> str:
+    """Text as a corpus line holds it exactly: each surrogate code point as U+FFFD."""
+    return _SURROGATE.sub(REPLACEMENT, text)
+
+
 def found_line(
     seed: Case,
     sent: Sequence[str],
@@ -52,30 +72,57 @@ def found_line(
     strategy: str | None,
     goal: tuple[str, Decimal | None] | None,
 ) -> str:
-    """One corpus line (JSON text, no newline) for a find of the adaptive attacker."""
-    digest = hashlib.sha256(
-        json.dumps([seed.id, model, architecture, attacker, list(sent)]).encode()
-    ).hexdigest()[:12]
-    canary = seed.metadata.get("canary")
+    """One corpus line (JSON text, no newline) for a find of the adaptive attacker:
+    `sent` holds at least the seed's message, as every adaptive evaluation sends it."""
+    if not sent:
+        raise ValueError("a find has at least one message sent")
+    messages = [writable(text) or REPLACEMENT for text in sent]
+    repaired = [
+        f"messages[{i}]" for i, (a, b) in enumerate(zip(sent, messages, strict=True)) if a != b
+    ]
+    named = {"attacker": attacker, "model": model, "strategy": strategy}
+    for key, text in named.items():
+        if text is not None and writable(text) != text:
+            named[key] = writable(text)
+            repaired.append(f"provenance.{key}")
+    target: Goal | None = None
+    if goal is not None and goal[1] is not None:
+        try:
+            target = Goal.model_validate({"recipient": goal[0], "amount": goal[1]})
+        except ValidationError:
+            repaired.append("goal")
+    provenance: dict[str, Any] = {
+        "attacker": named["attacker"],
+        "round": len(sent),
+        "seed_id": seed.id,
+        "model": named["model"],
+        "architecture": architecture,
+        "strategy": named["strategy"],
+    }
+    if repaired:
+        provenance["repaired"] = repaired
     line: dict[str, Any] = {
-        "id": f"{seed.id}~adaptive~{digest}",
         "session": seed.session,
         "level": seed.level,
         "kind": "attack",
         "category": seed.category,
-        "messages": list(sent),
+        "messages": messages,
         "calls": [c.model_dump() for c in seed.calls],
         "technique": TECHNIQUE,
-        "provenance": {
-            "attacker": attacker,
-            "round": len(sent),
-            "seed_id": seed.id,
-            "model": model,
-            "architecture": architecture,
-            "strategy": strategy,
-        },
-        "canary": canary if isinstance(canary, str) else CANARY,
+        "provenance": provenance,
+        "canary": seed.canary or CANARY,
     }
-    if goal is not None and goal[1] is not None and goal[1] > 0:
-        line["goal"] = {"recipient": goal[0], "amount": goal[1]}
-    return exact_json(line)
+    if target is not None:
+        line["goal"] = {"recipient": target.recipient, "amount": target.amount}
+    digest = hashlib.sha256(exact_json(line).encode()).hexdigest()[:12]
+    return exact_json({"id": f"{seed.id}~adaptive~{digest}", **line})
+
+
+def found_file(lines: Iterable[str]) -> tuple[str, list[str]]:
+    """The `--vault-export-found` file from the finds' lines: each once, sorted (so any
+    parallelism writes the same file); and the ids of the finds repaired, in its order."""
+    unique = sorted(set(lines))
+    repaired = [
+        line["id"] for line in map(json.loads, unique) if "repaired" in line.get("provenance", {})
+    ]
+    return "".join(line + "\n" for line in unique), repaired
