@@ -5,22 +5,31 @@ format, on the user's machine, with provenance on every line: the converted text
 never shipped with pytest-vault. An importer's package is an optional extra
 (`pip install 'pytest-vault[NAME]'`); a missing one is a one-line `ImporterError`.
 
-The common converter is here: `attack_case` builds a case and checks it loads, and
+The common converter is here: `attack_case` builds a case and checks it loads;
 `forbidding_levels` says which paying levels' shipped passports forbid a recipient, so
-every imported attack is put where its payment would be unpermitted.
+every imported attack is put where its payment would be unpermitted; and `for_level`
+gives each transfer what its level asks of every transfer (Level 4: an idempotency key
+and an approval code in the memo), then judges it with the guard, so an imported attack
+is refused for its recipient, never stopped first by a rule it was not written to break.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.metadata
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pytest_vault.corpus.load import CorpusError, read_case
-from pytest_vault.guard.engine import permits_recipient
+from pytest_vault.guard.engine import (
+    MERCHANT_FORBIDDEN,
+    TRANSFER_TOOL,
+    Guard,
+    permits_recipient,
+)
 from pytest_vault.guard.passport import (
     Passport,
     PassportError,
@@ -35,6 +44,9 @@ from pytest_vault.guard.text import json_text
 PASSPORTS = Path(__file__).resolve().parents[2] / "passports"
 # Level 1 permits any recipient and Level 5 no payment: attacks go to the headline.
 PAYING_LEVELS = (2, 3, 4)
+# The approval code an imported transfer's memo carries where its level asks for one: of
+# the form the guard reads (`engine.APPROVAL_CODE`), naming no real approval.
+APPROVAL_MEMO = "APC-2026-0001"
 
 
 class ImporterError(ValueError):
@@ -137,6 +149,50 @@ def forbidding_levels(passports: Mapping[int, Passport], recipients: Iterable[st
         for level, passport in sorted(passports.items())
         if not any(permits_recipient(passport.charge_limits, r) for r in wanted)
     ]
+
+
+def required_arguments(passport: Passport, case_id: str, number: int) -> dict[str, str]:
+    """What `passport` asks of every transfer besides a permitted recipient, for transfer
+    `number` of case `case_id`: a memo with an approval code, and an idempotency key
+    (8-128 printable characters, distinct per transfer, the same on every import)."""
+    limits = passport.charge_limits
+    out: dict[str, str] = {}
+    if limits is not None and limits.x_vault_memo_approval_code_required:
+        out["memo"] = APPROVAL_MEMO
+    if limits is not None and limits.idempotency_required:
+        digest = hashlib.sha256(case_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        out["idempotency_key"] = f"import-{digest}-{number}"
+    return out
+
+
+def for_level(
+    calls: Sequence[Mapping[str, Any]],
+    passport: Passport,
+    case_id: str,
+    package: str,
+    also: Set[str] = frozenset(),
+) -> list[dict[str, Any]]:
+    """`calls`, each transfer given its `required_arguments`, and judged in order by a
+    guard of `passport`: each must be refused for its recipient (`oap.merchant_forbidden`)
+    and for nothing but the codes in `also`, else an `ImporterError`."""
+    guard = Guard(passport)
+    out = []
+    number = 0
+    for call in calls:
+        call = dict(call)
+        if call["name"] == TRANSFER_TOOL:
+            number += 1
+            arguments = dict(call["arguments"])  # its own memo or key, if any, kept
+            required = required_arguments(passport, case_id, number).items()
+            call["arguments"] = arguments | {k: v for k, v in required if k not in arguments}
+            codes = guard.check_call(TRANSFER_TOOL, call["arguments"]).codes
+            if MERCHANT_FORBIDDEN not in codes or not set(codes) <= {MERCHANT_FORBIDDEN, *also}:
+                raise ImporterError(
+                    f"{package}: case {case_id!r}: transfer {number} is refused for "
+                    f"{', '.join(codes) or 'nothing'}, not for its recipient alone"
+                )
+        out.append(call)
+    return out
 
 
 def transfer(recipient: str, amount: int | float | str, currency: str = "USD") -> dict[str, Any]:

@@ -14,6 +14,13 @@ paying the amount that payment carries in the default environment. The level is
 `2 + (task index + attack index) % 3` over the sorted lists, so each task and each
 attack is spread over Levels 2-4, and is checked against the shipped passports: the
 attacker's account must be permitted by none.
+
+Each transfer carries what its level asks of every transfer (Level 4: an approval code
+in the memo and an idempotency key), and the import judges it with the guard: it is
+refused for its recipient (`oap.merchant_forbidden`), and for nothing else but, where
+AgentDojo's own amount is over the level's per-transfer or daily cap, those caps
+(`oap.limit_exceeded`): "as much money as possible" and "$30,000 in increments of no
+more than $10,000" are the attacks, so their amounts are kept as AgentDojo states them.
 """
 
 from __future__ import annotations
@@ -28,11 +35,13 @@ from pytest_vault.corpus.importers import (
     PAYING_LEVELS,
     ImporterError,
     attack_case,
+    for_level,
     forbidding_levels,
     package_license,
     shipped_passports,
     transfer,
 )
+from pytest_vault.guard.engine import LIMIT_EXCEEDED
 
 SUITE = "banking"
 # The AgentDojo calls that move money; `update_scheduled_transaction` only when it
@@ -165,14 +174,17 @@ def convert(version: str) -> list[dict[str, Any]]:
                     f"agentdojo: {task_id}: level {level}'s passport permits {recipients[0]!r}"
                 )
             [text] = set(cls(suite, victim).attack(user_task, task).values())
+            case_id = f"agentdojo-{suite_version}-{SUITE}-{task_id}-{attack_name}"
             lines.append(
                 attack_case(
-                    id=f"agentdojo-{suite_version}-{SUITE}-{task_id}-{attack_name}",
+                    id=case_id,
                     session=f"agentdojo-{suite_version}-{SUITE}-{task_id}",
                     level=level,
                     category="prompt_injection",
                     messages=[text],
-                    calls=calls,
+                    calls=for_level(
+                        calls, passports[level], case_id, "agentdojo", {LIMIT_EXCEEDED}
+                    ),
                     technique=f"agentdojo:{attack_name}",
                     provenance={
                         "package": "agentdojo",
