@@ -17,6 +17,7 @@ from decimal import Decimal
 from json.encoder import encode_basestring
 from typing import BinaryIO
 
+from pytest_vault.guard.cli import quiet_on_closed_pipe, write_all, write_out
 from pytest_vault.guard.engine import (
     EVALUATION_ERROR,
     INVALID_CONTEXT,
@@ -157,13 +158,6 @@ def _utf8(answers: str) -> bytes:
         return utf8_json(answers).encode()
 
 
-def _out(text: str) -> None:
-    """UTF-8 on stdout whatever the locale: the text was made safe (`shown`, ASCII JSON)."""
-    sys.stdout.flush()
-    sys.stdout.buffer.write(text.encode())
-    sys.stdout.buffer.flush()
-
-
 def _number(value: object) -> object:
     """A passport number (read as an exact Decimal) for JSON: exact, or its text."""
     if not isinstance(value, Decimal):
@@ -205,9 +199,9 @@ def _diff(argv: Sequence[str]) -> int:
         return 2
     if args.format == "json":
         doc = {"changes": [c.to_dict() for c in changes]}
-        _out(json.dumps(doc, indent=2, default=_number) + "\n")
+        write_out(json.dumps(doc, indent=2, default=_number) + "\n")
     else:
-        _out("".join(c.line() + "\n" for c in changes))
+        write_out("".join(c.line() + "\n" for c in changes))
     effects = [c.effect for c in changes]
     tally = ", ".join(f"{effects.count(e)} {e}" for e in ("widens", "narrows", "neutral"))
     print(f"vault-guard diff: {_count(len(changes), 'change')} ({tally})", file=sys.stderr)
@@ -229,9 +223,9 @@ def _lint(argv: Sequence[str]) -> int:
     args = parser.parse_args(argv)
     findings = lint_paths(args.paths)
     if args.format == "json":
-        _out(json.dumps({"findings": [f.to_dict() for f in findings]}, indent=2) + "\n")
+        write_out(json.dumps({"findings": [f.to_dict() for f in findings]}, indent=2) + "\n")
     else:
-        _out("".join(f.line() + "\n" for f in findings))
+        write_out("".join(f.line() + "\n" for f in findings))
     errors = sum(f.severity == "error" for f in findings)
     tally = f"{_count(errors, 'error')}, {_count(len(findings) - errors, 'warning')}"
     print(f"vault-guard lint: {tally}", file=sys.stderr)
@@ -241,19 +235,29 @@ def _lint(argv: Sequence[str]) -> int:
 _COMMANDS = {"diff": _diff, "lint": _lint}
 
 
+USAGE = """vault-guard --passport FILE < lines.jsonl
+       vault-guard diff OLD NEW [--format text|json] [--fail-on-widen]
+       vault-guard lint PATH... [--format text|json]"""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """`vault-guard` (also `python -m pytest_vault.guard`); a closed stdout ends it
+    quietly, with status 1."""
+    return quiet_on_closed_pipe(lambda: _main(sys.argv[1:] if argv is None else list(argv)))
+
+
+def _main(argv: list[str]) -> int:
     import argparse
     import warnings
 
-    argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in _COMMANDS:
         return _COMMANDS[argv[0]](argv[1:])
     parser = argparse.ArgumentParser(
-        prog="python -m pytest_vault.guard",
+        prog="vault-guard",
+        usage=USAGE,
         description="Judge JSON Lines on stdin (pack contexts or transfer_funds calls) "
-        "against a passport; one JSON decision per line on stdout.",
-        epilog="Also: `diff OLD NEW [--format text|json] [--fail-on-widen]` and "
-        "`lint PATH... [--format text|json]` (each with --help).",
+        "against a passport; one JSON decision per line on stdout. `diff` and `lint` "
+        "(each with --help) compare and check passports.",
     )
     parser.add_argument("--passport", required=True, help="OAP passport JSON file")
     args = parser.parse_args(argv)
@@ -267,13 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for w in caught:
         print(f"WARNING: {w.message}", file=sys.stderr)
 
-    source, sink = sys.stdin.fileno(), sys.stdout.buffer
-    try:
-        _serve(_Session(guard), source, sink)
-    except BrokenPipeError:  # the reader went away (`| head`): not every line answered
-        # Python's own recipe: stdout to devnull, so the flush at exit raises nothing.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
+    _serve(_Session(guard), sys.stdin.fileno(), sys.stdout.buffer)
     return 0
 
 
@@ -292,11 +290,9 @@ def _serve(session: _Session, source: int, sink: BinaryIO) -> None:
         lines = bytes(pending[:end]).split(b"\n")
         del pending[: end + 1]
         answers = [session.answer(line) for line in lines]
-        sink.write(_utf8("\n".join(answers) + "\n"))
-        sink.flush()
+        write_all(sink, _utf8("\n".join(answers) + "\n"))
     if pending.strip():  # a last line without its newline is still a line
-        sink.write(_utf8(session.answer(bytes(pending)) + "\n"))
-        sink.flush()
+        write_all(sink, _utf8(session.answer(bytes(pending)) + "\n"))
 
 
 if __name__ == "__main__":

@@ -568,6 +568,8 @@ def diff_paths(old: str | Path, new: str | Path) -> list[Change]:
     old, new = Path(old), Path(new)
     if old.is_dir() != new.is_dir():
         folder, other = (old, new) if old.is_dir() else (new, old)
+        if not other.exists():  # a misspelt folder, most likely
+            raise PassportError(f"{other}: no such folder")
         raise PassportError(
             f"{other}: not a folder like {folder}: compare two files or two folders"
         )
