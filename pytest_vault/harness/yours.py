@@ -81,16 +81,43 @@ class Loader:
     def factory(self) -> Callable[..., Any]:
         with self._lock:  # once per process, even if evaluations race to it
             if self._factory is None and self._failure is None:
-                try:
-                    found = getattr(self._import(), self.name)
-                    if not callable(found):
-                        raise TypeError(f"{self.name} is a {type(found).__name__}, not callable")
-                    self._factory = found
-                except Exception as exc:  # noqa: BLE001 - one line for the row, not a traceback
-                    self._failure = f"{self.spec}: cannot load: {type(exc).__name__}: {exc}"
+                self._factory, self._failure = self._load()
             if self._factory is None:
-                raise SetupError(safe(str(self._failure)))
+                raise SetupError(f"{self.spec}: cannot load: {self._failure}")
             return self._factory
+
+    def problem(self) -> str | None:
+        """Why the factory cannot be loaded (one line, made safe), or None once it is in
+        hand: the plugin asks at configure, so a misspelt name stops the run before it
+        starts."""
+        try:
+            self.factory()
+        except SetupError:
+            return self._failure
+        return None
+
+    def _load(self) -> tuple[Callable[..., Any] | None, str | None]:
+        """The factory, or why there is none."""
+        try:
+            module = self._import()
+        except ModuleNotFoundError as exc:
+            # This module (or a package of its path) is missing, or one it imports is.
+            if exc.name is not None and f"{self.module}.".startswith(f"{exc.name}."):
+                where = "sys.path" if self.rootdir is None else "sys.path and in the rootdir"
+                return None, safe(f"no module named {exc.name!r} (looked on {where})")
+            return None, safe(f"importing {self.module} raised {type(exc).__name__}: {exc}")
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - one line, not a traceback
+            return None, safe(f"importing {self.module} raised {type(exc).__name__}: {exc}")
+        try:
+            found = getattr(module, self.name)
+        except AttributeError:
+            return None, safe(f"module {self.module} has no {self.name}")
+        except Exception as exc:  # noqa: BLE001 - a module __getattr__ that raises
+            return None, safe(f"{self.module}.{self.name} raised {type(exc).__name__}: {exc}")
+        if not callable(found):
+            kind = type(found).__name__
+            return None, safe(f"{self.module}.{self.name} is not callable ({kind})")
+        return found, None
 
     def _import(self) -> Any:
         try:

@@ -881,16 +881,20 @@ def _turn(entry: Entry) -> ModelTurn:
     )
 
 
-def make_wire(spec: ProviderSpec, base_url: str | None, timeout: float) -> Wire:
-    """The wire for a spec. The SDKs read their keys from the environment themselves."""
+def make_wire(
+    spec: ProviderSpec, base_url: str | None, timeout: float, *, keyless: bool = False
+) -> Wire:
+    """The wire for a spec. The SDKs read their keys from the environment themselves.
+    `keyless`: a wire that is never sent on (`--vault-plan` keys requests with it), so
+    it needs no key: a key is part of no request body and of no cache key."""
     has_key = bool(os.environ.get(KEY_ENV[spec.provider]))
     if spec.provider == "openai":
         url = base_url or os.environ.get(BASE_URL_ENV["openai"]) or None
-        if not (has_key or url):
+        if not (has_key or url or keyless):
             raise SpecError(f"{spec.spec}: set {KEY_ENV['openai']} (or --vault-base-url)")
         # A local OpenAI-compatible server usually needs no key; the SDK wants one anyway.
         return OpenAIWire(None if has_key else "not-needed", url, timeout)
-    if not has_key:
+    if not (has_key or keyless):
         raise SpecError(f"{spec.spec}: set {KEY_ENV['anthropic']}")
     return AnthropicWire(os.environ.get(BASE_URL_ENV["anthropic"]) or None, timeout)
 

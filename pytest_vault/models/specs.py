@@ -55,8 +55,9 @@ def parse_spec(spec: str) -> ProviderSpec:
     return ProviderSpec(spec, provider, model)
 
 
-def check_spec(spec: str, base_url: str | None) -> str:
-    """Fail early (a usage error) on a spec that cannot possibly run."""
+def check_spec(spec: str, base_url: str | None, *, asks: bool = True) -> str:
+    """Fail early (a usage error) on a spec that cannot possibly run. `asks`: the run
+    sends requests; one that asks nothing (a plan) needs no key."""
     if spec.startswith(AGENT):
         if not valid_target(spec.removeprefix(AGENT)):
             raise SpecError(
@@ -71,6 +72,6 @@ def check_spec(spec: str, base_url: str | None) -> str:
         return spec
     parsed = parse_spec(spec)
     local = parsed.provider == "openai" and bool(base_url or os.environ.get(BASE_URL_ENV["openai"]))
-    if not (os.environ.get(KEY_ENV[parsed.provider]) or local):
+    if asks and not (os.environ.get(KEY_ENV[parsed.provider]) or local):
         raise SpecError(f"--vault-model {shown(spec)}: {KEY_ENV[parsed.provider]} is not set")
     return spec

@@ -8,9 +8,9 @@ from __future__ import annotations
 import fnmatch
 import math
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
@@ -261,8 +261,11 @@ def _dedup(values: list[Any] | None, default: tuple[Any, ...]) -> tuple[Any, ...
 def _options(config: pytest.Config) -> Options:
     get = config.getoption
     base_url = get("vault_base_url")
+    asks = _asks(config)
     try:
-        models = tuple(check_spec(s, base_url) for s in _dedup(get("vault_model"), CONTROL_MODELS))
+        models = tuple(
+            check_spec(s, base_url, asks=asks) for s in _dedup(get("vault_model"), CONTROL_MODELS)
+        )
         guard = None if get("vault_guard") is None else check_guard(get("vault_guard"))
     except SpecError as exc:
         raise pytest.UsageError(str(exc)) from None
@@ -316,6 +319,11 @@ def _options(config: pytest.Config) -> Options:
     prices = Path(get("vault_prices")).resolve() if get("vault_prices") else None
     if prices is not None:
         from pytest_vault.models.ratelimit import PriceError, load_prices
+        from pytest_vault.report.outputs import cannot_read
+
+        problem = cannot_read(prices)
+        if problem is not None:
+            raise pytest.UsageError(f"--vault-prices {shown(prices)}: {problem}")
 
         try:
             table = load_prices(prices)
@@ -341,9 +349,7 @@ def _options(config: pytest.Config) -> Options:
         raise pytest.UsageError(f"--vault-cache {shown(str(cache))}: not a folder")
     if (
         cache is not None
-        # --collect-only and --vault-plan ask nothing: they make no folder either.
-        and not config.getoption("collectonly")
-        and get("vault_plan") is None
+        and asks  # else no folder is made either
         and any(
             not m.startswith(("scripted:", "agent:"))  # a provider: its answers are cached
             for m in [*models, *judges, *([attacker] if attacker else [])]
@@ -396,6 +402,12 @@ def _options(config: pytest.Config) -> Options:
     )
 
 
+def _asks(config: pytest.Config) -> bool:
+    """Whether this run may ask a provider: --collect-only and --vault-plan ask nothing,
+    so they need no key, make no cache folder and run no test."""
+    return not config.getoption("collectonly") and config.getoption("vault_plan") is None
+
+
 def _writable(cache: Path) -> None:
     """The cache folder, made if need be, takes a file: else (a file in its path, a folder
     without write permission, a read-only mount) every evaluation fails on its own."""
@@ -433,7 +445,7 @@ def _judges(config: pytest.Config, base_url: str | None) -> tuple[str, ...]:
                 f"or a scripted judge ({', '.join(SCRIPTED_JUDGES)})"
             )
         try:
-            check_spec(spec, base_url)
+            check_spec(spec, base_url, asks=_asks(config))
         except SpecError as exc:
             raise pytest.UsageError(str(exc).replace("--vault-model", "--vault-judge", 1)) from None
     if any(spec not in SCRIPTED_JUDGES for spec in specs):
@@ -469,11 +481,22 @@ def _attacker(config: pytest.Config, base_url: str | None) -> str | None:
         )
     if spec.startswith(PROVIDERS):
         try:
-            check_spec(spec, base_url)
+            check_spec(spec, base_url, asks=_asks(config))
         except SpecError as exc:
             raise pytest.UsageError(
                 str(exc).replace("--vault-model", "--vault-attacker", 1)
             ) from None
+        # Its prompt is read now, as a judge's is: a bad attacker.toml stops the run
+        # before it starts, not an error row per adaptive test.
+        from pytest_vault.guard.passport import PassportError
+        from pytest_vault.models.attacker import load_prompt
+        from pytest_vault.plugin.session import attacker_prompt_file
+
+        passports = get("vault_passports")
+        try:
+            load_prompt(attacker_prompt_file(Path(passports).resolve() if passports else None))
+        except PassportError as exc:
+            raise pytest.UsageError(f"--vault-attacker {shown(spec)}: {exc}") from None
     export = get("vault_export_found")
     if export is not None and not export.endswith(".jsonl"):
         raise pytest.UsageError(
@@ -496,7 +519,9 @@ def pytest_configure(config: pytest.Config) -> None:
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:
         options = options.share_of(int(workerinput["workercount"]))
-    config.stash[VAULT] = VaultSession(options)
+    vault = config.stash[VAULT] = VaultSession(options)
+    if workerinput is None:
+        _preflight(vault)
     if config.pluginmanager.hasplugin("syrupy"):
         from pytest_vault.plugin.decisions import hide_from_other_extensions
 
@@ -509,6 +534,49 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(Progress(config, options.progress_s), "vault-progress")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(config), "vault-xdist")
+
+
+def _preflight(vault: VaultSession) -> None:
+    """What can be checked before anything runs, once (on xdist's controller, before a
+    worker starts): each problem is one usage error naming the option and its value."""
+    problem = vault.unloadable() or _unusable_path(vault.options)
+    if problem is not None:
+        raise pytest.UsageError(problem)
+    if vault.options.passports is not None:
+        # Read now, once: else every corpus file reports the same problem.
+        from pytest_vault.guard.passport import PassportError
+
+        try:
+            vault.levels  # noqa: B018 - loaded (and checked) for the run
+        except PassportError as exc:
+            raise pytest.UsageError(str(exc)) from None
+
+
+def _unusable_path(opts: Options) -> str | None:
+    """The first file or folder option the run could not read or write, as
+    `OPTION PATH: why`; None when all can be. Nothing is created."""
+    reads = (
+        ("--vault-passports", opts.passports, True),
+        ("--vault-baseline", opts.baseline, False),
+    )
+    writes = (
+        ("--vault-results", opts.results),
+        ("--vault-report", opts.report),
+        ("--vault-export-found", opts.export_found),
+    )
+    if not any(path for _, path, _ in reads) and not any(path for _, path in writes):
+        return None
+    from pytest_vault.report.outputs import cannot_read, cannot_write
+
+    for option, path, folder in reads:
+        problem = None if path is None else cannot_read(path, folder=folder)
+        if problem is not None:
+            return f"{option} {shown(path)}: {problem}"
+    for option, path in writes:
+        problem = None if path is None else cannot_write(path)
+        if problem is not None:
+            return f"{option} {shown(path)}: cannot write: {problem}"
+    return None
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
@@ -566,8 +634,7 @@ def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, objec
     """Start evaluating this process's share ahead of the tests; stop when they end."""
     vault = session.config.stash[VAULT]
     # --collect-only and --vault-plan: no test runs, so nothing is evaluated, asked or cached.
-    planning = session.config.option.collectonly or vault.options.plan is not None
-    jobs = [] if planning else _share(session)
+    jobs = _share(session) if _asks(session.config) else []
     if jobs:
         vault.start(jobs)
     try:
@@ -592,11 +659,11 @@ def pytest_runtestloop_plan(session: pytest.Session) -> bool | None:
     if vault.options.plan == "json":
         from pytest_vault.guard.text import json_text
 
-        _stdout(config, json_text([p.record() for p in plans], indent=2) + "\n")
+        _stream(config, "stdout", json_text([p.record() for p in plans], indent=2) + "\n")
         return True
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is None:
-        _stdout(config, "".join(line + "\n" for line in render(plans)))
+        _stream(config, "stdout", "".join(line + "\n" for line in render(plans)))
         return True
     reporter.section("pytest-vault plan")
     for line in render(plans):
@@ -604,20 +671,23 @@ def pytest_runtestloop_plan(session: pytest.Session) -> bool | None:
     return True
 
 
-def _stdout(config: pytest.Config, text: str) -> None:
-    """Straight to the process's stdout, past pytest's capture, as UTF-8."""
+def _stream(config: pytest.Config, name: Literal["stdout", "stderr"], text: str) -> None:
+    """Straight to the process's stdout or stderr, past pytest's capture, as UTF-8."""
     import contextlib
     import sys
 
+    from pytest_vault.guard.cli import write_all
+
     capture = config.pluginmanager.get_plugin("capturemanager")
     with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
-        buffer = getattr(sys.stdout, "buffer", None)
+        stream = getattr(sys, name)
+        buffer = getattr(stream, "buffer", None)
         if buffer is None:
-            sys.stdout.write(text)
+            stream.write(text)
+            stream.flush()
         else:
-            sys.stdout.flush()
-            buffer.write(text.encode("utf-8"))
-        sys.stdout.flush()
+            stream.flush()
+            write_all(buffer, text.encode("utf-8"))
 
 
 def pytest_cmdline_main(config: pytest.Config) -> None:
@@ -822,18 +892,31 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             "sample": vault.sample,
         }
         return
+    if not _asks(config):
+        return  # nothing ran: nothing is written
     # The results file is written from the rows a row group at a time; one table of
     # them, made a column at a time, serves the other writers. Never a list of the
     # run's rows as dicts.
-    store = vault.store
-    if vault.options.results is not None and store:
-        store.write_results(vault.options.results, vault.metadata())
-    if vault.options.export_found is not None:
-        _export_found(store.found() if store else [], vault.options.export_found)
-    if vault.options.report is not None and store:
-        from pytest_vault.report.html import write_html
+    store, opts = vault.store, vault.options
+    outputs: list[tuple[str, Path | None, Callable[[VaultSession, Path], None]]] = [
+        ("--vault-results", opts.results if store else None, _write_results),
+        ("--vault-export-found", opts.export_found, _write_found),
+        ("--vault-report", opts.report if store else None, _write_report),
+    ]
+    # Each output is tried: one that fails (a full disk) is one line, never the others.
+    for option, path, write in outputs:
+        if path is None:
+            continue
+        try:
+            write(vault, path)
+        except OSError as exc:
+            from pytest_vault.guard.passport import reason
 
-        write_html(store.results(), [vault.metadata()], vault.options.report)
+            vault.unwritten[option] = path
+            said = f"{option} {shown(path)}: cannot write: {shown(reason(exc))}"
+            _stream(config, "stderr", f"ERROR: {said}\n")
+    if vault.unwritten and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     baseline = config.stash.get(BASELINE, None)
     if baseline is not None and store:
         from pytest_vault.report.baseline import EXIT_REGRESSION, compare
@@ -844,22 +927,29 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             session.exitstatus = EXIT_REGRESSION
 
 
-def _export_found(found: list[str], path: Path) -> None:
+def _write_results(vault: VaultSession, path: Path) -> None:
+    vault.store.write_results(path, vault.metadata())
+
+
+def _write_report(vault: VaultSession, path: Path) -> None:
+    from pytest_vault.report.html import write_html
+
+    path.parent.mkdir(parents=True, exist_ok=True)  # as every output's folders are made
+    write_html(vault.store.results(), [vault.metadata()], path)
+
+
+def _write_found(vault: VaultSession, path: Path) -> None:
     """`--vault-export-found`: the adaptive finds as corpus lines, sorted (so any
     parallelism writes the same file), written atomically; no find, an empty file."""
     import contextlib
     import os
 
-    lines = sorted(set(found))
+    lines = sorted(set(vault.store.found() if vault.store else []))
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         partial.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
         os.replace(partial, path)
-    except OSError as exc:
-        raise pytest.UsageError(
-            f"--vault-export-found {shown(path)}: cannot write: {shown(exc.strerror or exc)}"
-        ) from None
     finally:
         with contextlib.suppress(OSError):
             partial.unlink(missing_ok=True)
@@ -876,8 +966,11 @@ def pytest_terminal_summary(
     terminalreporter.section("pytest-vault summary")
     for line in render(vault.rows, sample=vault.sample):
         terminalreporter.write_line(line)
-    for label, path in (("results", vault.options.results), ("report", vault.options.report)):
-        if path is not None:
+    for label, option, path in (
+        ("results", "--vault-results", vault.options.results),
+        ("report", "--vault-report", vault.options.report),
+    ):
+        if path is not None and option not in vault.unwritten:
             terminalreporter.write_line(f"{label}: {shown(path)}")
     unstored = vault.unstored_answers()
     if unstored is not None:

@@ -152,6 +152,8 @@ class VaultSession:
     _properties: dict[tuple[str, type, object], tuple[str, object]] = field(default_factory=dict)
     # Answers the cache could not store, per xdist worker (controller): count, a reason.
     unstored: dict[str, tuple[int, str | None]] = field(default_factory=dict)
+    # Outputs that could not be written at the end, by option (said in one line each).
+    unwritten: dict[str, Path] = field(default_factory=dict)
 
     @property
     def levels(self) -> dict[int, Level]:
@@ -197,9 +199,11 @@ class VaultSession:
                     self._models[spec] = Unavailable(spec, reason)
         return self._models[spec]
 
-    def _provider_model(self, spec: str, *, judge: bool = False) -> ProviderModel:
+    def _provider_model(
+        self, spec: str, *, judge: bool = False, keyless: bool = False
+    ) -> ProviderModel:
         """`judge`: a judge's model, kept out of the models' decode record (a judge may
-        share its spec with a model under test)."""
+        share its spec with a model under test). `keyless`: one that is never asked."""
         from pytest_vault.models.cache import ResponseCache
         from pytest_vault.models.providers import ProviderModel, Retry, make_wire
         from pytest_vault.models.ratelimit import RateLimiter
@@ -207,7 +211,7 @@ class VaultSession:
 
         opts = self.options
         parsed = parse_spec(spec)
-        wire = make_wire(parsed, opts.base_url, opts.timeout)
+        wire = make_wire(parsed, opts.base_url, opts.timeout, keyless=keyless)
         endpoint = (wire.provider, wire.base_url)
         if endpoint not in self._limiters:
             self._limiters[endpoint] = RateLimiter(opts.rpm, opts.tpm)
@@ -271,13 +275,9 @@ class VaultSession:
 
                 self._attacker = make_attacker(spec)
             else:
-                from pytest_vault.harness.levels import SHIPPED
                 from pytest_vault.models.attacker import ProviderAttacker, load_prompt
 
-                # Beside the levels.toml in use, else the shipped one.
-                prompt = (self.options.passports or SHIPPED) / "attacker.toml"
-                if not prompt.is_file():
-                    prompt = SHIPPED / "attacker.toml"
+                prompt = attacker_prompt_file(self.options.passports)
                 self._attacker = ProviderAttacker(
                     self._provider_model(spec), prompt, load_prompt(prompt)
                 )
@@ -302,6 +302,27 @@ class VaultSession:
             self._loaders[spec] = Loader(spec, target, self.options.rootdir)
         return self._loaders[spec]
 
+    def _guard_loader(self) -> Loader | None:
+        guard = self.options.guard
+        return None if guard is None else self._loader(f"--vault-guard {guard}", guard)
+
+    def unloadable(self) -> str | None:
+        """The first `agent:` spec or `--vault-guard` whose factory cannot be imported,
+        as `OPTION VALUE: why`; None when every one is in hand (kept for the run)."""
+        named = [
+            (f"--vault-model {spec}", self._loader(spec, spec.removeprefix("agent:")))
+            for spec in self.options.models
+            if spec.startswith("agent:")
+        ]
+        guard = self._guard_loader()
+        if guard is not None:
+            named.append((guard.spec, guard))
+        for option, loader in named:
+            problem = loader.problem()
+            if problem is not None:
+                return f"{shown(option)}: {problem}"
+        return None
+
     @property
     def pool(self) -> concurrent.futures.ThreadPoolExecutor:
         if self._pool is None:
@@ -323,10 +344,7 @@ class VaultSession:
 
         opts = self.options
         level = self.levels[job.case.level]
-        guard = (
-            None if opts.guard is None else self._loader(f"--vault-guard {opts.guard}", opts.guard)
-        )
-        screen = screen_maker(guard, level)
+        screen = screen_maker(self._guard_loader(), level)
         if job.track == "adaptive":
             ev = await self._adaptive(job, level, screen)
         elif job.spec.startswith("agent:"):
@@ -552,7 +570,7 @@ class VaultSession:
             if spec.startswith(("scripted:", "agent:")):
                 continue
             try:
-                providers[spec] = self._provider_model(spec)
+                providers[spec] = self._provider_model(spec, keyless=True)
             except Exception as exc:  # noqa: BLE001 - one redacted line, not a traceback
                 providers[spec] = safe(f"cannot build the client: {type(exc).__name__}: {exc}")
         built = [m for m in providers.values() if not isinstance(m, str)]
@@ -589,6 +607,14 @@ class VaultSession:
                 f"({_digest(self.sample)} and {_digest(record)}): "
                 "did the corpus change during the run?"
             )
+
+
+def attacker_prompt_file(passports: Path | None) -> Path:
+    """A real-model attacker's prompt: beside the levels.toml in use, else the shipped one."""
+    from pytest_vault.harness.levels import SHIPPED
+
+    prompt = (passports or SHIPPED) / "attacker.toml"
+    return prompt if prompt.is_file() else SHIPPED / "attacker.toml"
 
 
 def _found_line(ev: Evaluation) -> str:

@@ -34,7 +34,7 @@ from pydantic_core import PydanticCustomError
 from typing_extensions import TypedDict  # pydantic reads only this one on 3.11
 
 from pytest_vault.corpus.sample import SampleRecord
-from pytest_vault.guard.passport import DuplicateKey, describe, unique_keys
+from pytest_vault.guard.passport import DuplicateKey, describe, reason, unique_keys
 from pytest_vault.guard.text import scrub_url, scrub_urls, shown, stored
 from pytest_vault.harness.events import COLUMNS
 
@@ -212,7 +212,12 @@ def _write(
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
     try:
-        with pq.ParquetWriter(partial, schema, memory_pool=POOL) as writer:
+        # Opened here, not by Arrow: a failure is the system's OSError, with its words
+        # ("No space left on device"), for the one line that reports it.
+        with (
+            partial.open("wb") as file,
+            pq.ParquetWriter(file, schema, memory_pool=POOL) as writer,
+        ):
             for group in groups:
                 writer.write_table(group.replace_schema_metadata(schema.metadata))
         os.replace(partial, path)
@@ -475,7 +480,18 @@ def _check_logs(column: pa.ChunkedArray) -> None:
 def read_table(path: Path) -> tuple[pa.Table, dict[str, Any]]:
     """A results file as a checked table and its metadata, or a `ResultsError`."""
     try:
-        table = pq.read_table(path)
+        # Opened here, not by Arrow: a missing file is "no such file", and a folder is
+        # never read as a dataset of the files in it.
+        file = path.open("rb")
+    except FileNotFoundError:
+        raise ResultsError("no such file") from None
+    except IsADirectoryError:
+        raise ResultsError("a folder, not a results file") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise ResultsError(f"cannot read: {shown(reason(exc))}") from None
+    try:
+        with file:
+            table = pq.read_table(file)
     except (OSError, pa.ArrowException) as exc:
         raise ResultsError(f"cannot read as Parquet: {shown(exc)}") from None
     metadata = read_metadata((table.schema.metadata or {}).get(META_KEY, b"{}"))

@@ -26,8 +26,9 @@ from pytest_vault.models.cache import ResponseCache
 from pytest_vault.models.plan import ModelPlan, Planned, plan_run, render, tokens
 from pytest_vault.models.providers import ProviderModel, Retry, Stats, make_wire
 from pytest_vault.models.ratelimit import Price, RateLimiter, Spend
-from pytest_vault.models.specs import parse_spec
+from pytest_vault.models.specs import SpecError, parse_spec
 
+from ..conftest import KEYS
 from ..fakeprovider import FakeProvider
 
 LEVELS = load_levels()
@@ -48,11 +49,13 @@ CASES = [
 ITEMS = [Planned(c, SPEC, t) for c in CASES for t in ("A", "B") for _ in ("model", "guarded")]
 
 
-def provider(cache: Path | None = None, spec: str = SPEC) -> ProviderModel:
+def provider(
+    cache: Path | None = None, spec: str = SPEC, *, keyless: bool = False
+) -> ProviderModel:
     parsed = parse_spec(spec)
     return ProviderModel(
         parsed,
-        make_wire(parsed, None, 10.0),
+        make_wire(parsed, None, 10.0, keyless=keyless),
         cache=ResponseCache(cache) if cache else None,
         limiter=RateLimiter(),
         spend=Spend(),
@@ -68,13 +71,14 @@ def plan_of(
     cache: Path | None = None,
     max_steps: int = 8,
     prices: dict[str, Price] | None = None,
+    spec: str = SPEC,
 ) -> ModelPlan:
     [plan] = plan_run(
-        [SPEC],
-        items,
+        [spec],
+        [Planned(i.case, spec, i.track) for i in items],
         LEVELS,
         max_steps=max_steps,
-        providers={SPEC: model},
+        providers={spec: model},
         cache=ResponseCache(cache) if cache else None,
         prices=prices or {},
     )
@@ -411,3 +415,39 @@ def test_a_real_judge_is_planned_at_one_request_per_evaluation() -> None:
         ("openai:judge", 12, 12, 12 * 200),  # the scripted judge asks no provider
     ]
     assert (plans[1].input_tokens_est, plans[1].cost_usd_max) == (None, None)
+
+
+def test_a_plan_counts_the_cache_without_a_key(
+    fake: FakeProvider, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A plan asks nothing, so it needs no key; it keys requests as a run would.
+    spec, cache = "anthropic:claude-x", tmp_path / "cache"
+    model = provider(cache, spec)
+
+    async def run_all() -> None:
+        for item in ITEMS:
+            await evaluate(item.case, LEVELS[item.case.level], model, item.track, "guarded")
+        await model.close()
+
+    asyncio.run(run_all())
+    monkeypatch.delenv("ANTHROPIC_API_KEY")
+    with pytest.raises(SpecError, match=r"^anthropic:claude-x: set ANTHROPIC_API_KEY$"):
+        provider(cache, spec)  # a run without a key could not ask
+    plan = plan_of(provider(cache, spec, keyless=True), cache=cache, spec=spec)
+    assert (plan.first_requests, plan.cached_first_requests, plan.note) == (5, 5, "no price")
+
+
+@pytest.mark.parametrize("spec", ["openai:gpt-4.1-mini", "anthropic:claude-x"])
+def test_a_keyless_plan_is_the_plan_with_a_key(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, spec: str
+) -> None:
+    # No key and no base URL: the providers' own endpoints, as a real run reaches them.
+    for name in (*KEYS, "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    cache = tmp_path / "cache"
+    keyless = plan_of(provider(cache, spec, keyless=True), cache=cache, spec=spec)
+    for name, value in KEYS.items():
+        monkeypatch.setenv(name, value)
+    assert keyless == plan_of(provider(cache, spec), cache=cache, spec=spec)
+    assert (keyless.first_requests, keyless.cached_first_requests) == (5, 0)
+    assert not cache.exists()

@@ -316,9 +316,10 @@ def test_a_provider_attackers_answer_is_read_as_strategy_and_message(
     assert parse_move(text) == Move(message, strategy)
 
 
-def test_a_bad_attacker_prompt_is_an_error_row_naming_file_and_key(
+def test_a_bad_attacker_prompt_is_one_usage_error_naming_file_and_key(
     pytester: pytest.Pytester, fake: Any
 ) -> None:
+    # Read at configure, as a judge's prompt is: was an error row per adaptive test.
     import shutil
 
     from pytest_vault.harness.levels import SHIPPED
@@ -337,24 +338,9 @@ def test_a_bad_attacker_prompt_is_an_error_row_naming_file_and_key(
         "--vault-passports=pp",
         "--vault-progress=0",
     )
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(
-        [
-            "evaluation error (not counted as 'no transfer'): --vault-attacker "
-            f"anthropic:claude-att: {toml}:{line}: max_tokens: Input should be greater than or "
-            "equal to 1"
-        ]
-    )
-    assert fake.requests == []
-
-
-def test_an_export_that_cannot_be_written_is_one_line(pytester: pytest.Pytester) -> None:
-    pytester.makefile(".jsonl", small=SMALL)
-    (pytester.path / "blocker").write_text("")
-    result = pytester.runpytest(
-        "small.jsonl", TRUSTING, ESCALATE, "--vault-export-found=blocker/out.jsonl"
-    )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert [line for line in result.errlines if line] == [
-        f"ERROR: --vault-export-found {pytester.path}/blocker/out.jsonl: cannot write: File exists"
+    assert [x for x in result.errlines if x.strip()] == [
+        f"ERROR: --vault-attacker anthropic:claude-att: {toml}:{line}: max_tokens: Input should "
+        "be greater than or equal to 1"
     ]
+    assert fake.requests == []

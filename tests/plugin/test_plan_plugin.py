@@ -11,6 +11,7 @@ import pytest
 
 from pytest_vault.report.results import read_results
 
+from ..conftest import KEYS
 from ..fakeprovider import FakeProvider
 
 pytest_plugins = ["pytester"]
@@ -102,6 +103,34 @@ def test_the_plan_is_what_the_run_then_makes(
     assert [{k: p[k] for k in same} for p in again] == [{k: p[k] for k in same} for p in first]
 
 
+def test_a_plan_needs_no_key(
+    pytester: pytest.Pytester, corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It asks nothing: was "OPENAI_API_KEY is not set", a usage error.
+    for name in (*KEYS, "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    args = (
+        "--vault-model=openai:gpt-4.1-mini",
+        "--vault-model=anthropic:claude-x",
+        "--vault-judge=openai:gpt-judge",
+        "--vault-attacker=anthropic:claude-att",
+        "--vault-cache=cache",
+        "-k",
+        "c001 or c002",
+    )
+    keyless, _ = plan(pytester, *args)
+    assert [(p["model"], p["first_requests"], p["note"]) for p in keyless[:2]] == [
+        ("openai:gpt-4.1-mini", 4, "no price"),
+        ("anthropic:claude-x", 4, "no price"),
+    ]
+    assert [p["model"] for p in keyless[2:]] == ["anthropic:claude-att", "openai:gpt-judge"]
+    assert not (pytester.path / "cache").exists()
+    # The very plan a key gives: requests are keyed alike.
+    for name, value in KEYS.items():
+        monkeypatch.setenv(name, value)
+    assert plan(pytester, *args)[0] == keyless
+
+
 def test_xdist_plans_the_same_without_starting_workers(
     pytester: pytest.Pytester, fake: FakeProvider, corpus: Path
 ) -> None:
@@ -130,11 +159,14 @@ def test_the_plan_covers_exactly_this_jobs_items(
 
 
 def test_text_plan_controls_and_agents(pytester: pytest.Pytester, corpus: Path) -> None:
+    # The agent's module is found (a misspelt one is a usage error), its factory never
+    # called: nothing runs.
+    pytester.makepyfile(team="def make(ctx):\n    raise AssertionError('the factory was called')\n")
     result = pytester.runpytest_subprocess(
         *COMMON,
         "--vault-plan",
         "--vault-model=scripted:obedient",
-        "--vault-model=agent:nowhere:make",
+        "--vault-model=agent:team:make",
         "--vault-results=run.parquet",
         "--vault-report=run.html",
         "-k",
@@ -145,11 +177,10 @@ def test_text_plan_controls_and_agents(pytester: pytest.Pytester, corpus: Path) 
     assert "pytest-vault plan" in out and "88 deselected" in out
     rows = {ln.split()[0]: ln.split() for ln in result.outlines if ln.startswith(("scr", "age"))}
     assert rows["scripted:obedient"][:6] == ["scripted:obedient", "4", "0", "0", "0", "-"]
-    assert rows["agent:nowhere:make"][:4] == ["agent:nowhere:make", "4", "unknown", "unknown"]
+    assert rows["agent:team:make"][:4] == ["agent:team:make", "4", "unknown", "unknown"]
     assert "agent: requests unknown (your agent calls its model itself)" in out
     assert "input tokens est: characters/4 of the JSON body" in out
-    # The agent's module does not exist: it was never imported, since nothing ran.
-    assert "ModuleNotFoundError" not in out
+    assert "the factory was called" not in out + result.stderr.str()
     assert (
         not (pytester.path / "run.parquet").exists() and not (pytester.path / "run.html").exists()
     )
