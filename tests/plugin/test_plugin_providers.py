@@ -3,7 +3,9 @@ resume after kill -9, secrets, spend cap, progress."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
 import subprocess
 import sys
 import time
@@ -192,15 +194,56 @@ def test_budget_needs_prices(pytester: pytest.Pytester, fake: FakeProvider, corp
     result.stderr.fnmatch_lines(["ERROR: --vault-budget-usd needs --vault-prices*"])
 
 
-def test_progress_lines(pytester: pytest.Pytester, fake: FakeProvider, corpus: Path) -> None:
-    result = pytester.runpytest_subprocess(
-        *COMMON, "--vault-no-cache", "--vault-progress=0.000001", "--vault-track=A"
+VERBOSITY = {"quiet": ["-q"], "default": [], "verbose": ["-v"]}
+PROGRESS = re.compile(
+    r"vault: [0-9,]+ done \((?P<news>[0-9]+ errors, [0-9]+ not run)\), [0-9]+ in flight; "
+    r"(?P<more>[0-9,]+ requests, [0-9]+ retries, [0-9,]+ from cache; "
+    r"tokens [0-9,]+ in / [0-9,]+ out; spent \$[0-9.]+)"
+)
+
+
+@pytest.mark.parametrize("verbosity", VERBOSITY.values(), ids=VERBOSITY.keys())
+def test_a_progress_line_is_a_line_of_its_own_that_says_something_new(
+    pytester: pytest.Pytester, fake: FakeProvider, corpus: Path, verbosity: list[str]
+) -> None:
+    result = pytester.runpytest(
+        *COMMON, *verbosity, "--vault-no-cache", "--vault-progress=0.000001", "--vault-track=A"
     )
-    result.stdout.fnmatch_lines(
-        [
-            "vault: * done (0 errors, 0 not run), * in flight; * requests, 0 retries, 0 from cache; tokens * in / * out; spent $0.00"
+    result.assert_outcomes(passed=48)
+    said = [ln for ln in result.outlines if "vault:" in ln]
+    # Each starts its own line: was glued to -q's dots (".vault: 1 done ...").
+    matches = [PROGRESS.fullmatch(ln) for ln in said]
+    assert said and all(matches), said
+    # Each says something the last did not (requests, tokens, ...), not just "done".
+    news = [(m["news"], m["more"]) for m in matches if m]
+    assert all(a != b for a, b in itertools.pairwise(news)), news
+    assert news[-1][1].startswith(f"{len(fake.requests)} requests, 0 retries, 0 from cache")
+    # And pytest's own lines stay whole around them: every test's result is on one.
+    if verbosity == ["-v"]:
+        results = [ln for ln in result.outlines if ln.endswith("%]")]
+        assert len(results) == 48 and all(ln.startswith("attacks.jsonl::") for ln in results)
+    else:
+        dots = [
+            re.sub(r"\s*\[ *[0-9]+%\]$", "", ln.removeprefix("attacks.jsonl "))
+            for ln in result.outlines
         ]
+        assert sum(len(d) for d in dots if d and set(d) == {"."}) == 48
+
+
+@pytest.mark.parametrize("verbosity", VERBOSITY.values(), ids=VERBOSITY.keys())
+def test_controls_print_no_progress_line(
+    pytester: pytest.Pytester, corpus: Path, verbosity: list[str]
+) -> None:
+    # All zeros (no request, no token, no cost): nothing pytest's dots do not say.
+    result = pytester.runpytest(
+        "-p",
+        "no:cacheprovider",
+        *verbosity,
+        "--vault-model=scripted:obedient",
+        "--vault-progress=0.000001",
     )
+    result.assert_outcomes(passed=48)
+    assert [ln for ln in result.outlines if "vault:" in ln] == []
 
 
 def test_a_payment_before_the_cap_is_not_skipped_away(
