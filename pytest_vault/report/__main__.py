@@ -19,18 +19,19 @@ import argparse
 import json
 import sys
 import warnings
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import NoReturn
 
-from pytest_vault.guard.passport import PassportError
+from pytest_vault.guard.cli import quiet_on_closed_pipe, write_out
+from pytest_vault.guard.passport import PassportError, reason
 from pytest_vault.guard.text import shown
 from pytest_vault.harness.levels import load_levels
 from pytest_vault.report.formats import render_text, write_csv
 from pytest_vault.report.html import render
 from pytest_vault.report.judges import for_people, judged_only
+from pytest_vault.report.outputs import cannot_write
 from pytest_vault.report.results import (
     Loaded,
     ReportError,
@@ -68,21 +69,66 @@ def _whole(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
-@contextmanager
-def _writing(path: Path) -> Iterator[None]:
-    try:
-        yield
-    except OSError as exc:
-        raise ReportError(f"{shown(path)}: cannot write: {shown(exc.strerror or exc)}") from None
+class _Outputs:
+    """The files a command writes: each checked before anything is read, and each tried
+    at the end, so one that fails (a full disk) is one line and the others are written."""
+
+    def __init__(self, prog: str) -> None:
+        self.prog = prog
+        self.failed: list[str] = []
+
+    def unwritable(self, *outputs: tuple[str, Path | None, bool]) -> bool:
+        """(option, path, a folder?) each: says the first that cannot be written."""
+        for option, path, folder in outputs:
+            problem = None if path is None else cannot_write(path, folder=folder)
+            if problem is not None:
+                print(
+                    f"{self.prog}: error: {option} {shown(path)}: cannot write: {problem}",
+                    file=sys.stderr,
+                )
+                return True
+        return False
+
+    def write(self, option: str, path: Path, write: Callable[[], None]) -> None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)  # as every writer does
+            write()
+        except OSError as exc:
+            said = f"{option} {shown(path)}: cannot write: {shown(reason(exc))}"
+            print(f"{self.prog}: error: {said}", file=sys.stderr)
+            self.failed.append(said)
 
 
-def _write(path: Path, text: str) -> None:
-    with _writing(path):
-        path.write_text(text, encoding="utf-8")
+def _missing_shards(loaded: Loaded, allowed: bool, prog: str) -> bool:
+    """Says which shards of a sharded run are missing; True when that fails the command
+    (a nightly merge of a partial run must not look complete)."""
+    missing = missing_shards(loaded.metadata)
+    if not missing:
+        return False
+    said = f"shards {', '.join(missing)} are missing: coverage shows their tests as missing"
+    if allowed:
+        print(f"{prog}: warning: {said}", file=sys.stderr)
+        return False
+    print(f"{prog}: error: {said} (--allow-missing-shards to accept it)", file=sys.stderr)
+    return True
+
+
+def _allow_missing_shards(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--allow-missing-shards",
+        action="store_true",
+        help="exit 0 though shards of a sharded run are missing (else exit 1, once every "
+        "table and output is written)",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    """`vault-report`: 0, or 1 when shards are missing (or stdout was closed first), 2
+    on an error; one line each."""
+    return quiet_on_closed_pipe(lambda: _main(sys.argv[1:] if argv is None else list(argv)))
+
+
+def _main(argv: list[str]) -> int:
     if argv[:1] == ["rescore"]:
         return main_rescore(argv[1:])
     parser = argparse.ArgumentParser(
@@ -105,14 +151,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="every table over the evaluations that all judges answered yes or no",
     )
+    _allow_missing_shards(parser)
     _bootstrap_options(parser)
     args = parser.parse_args(argv)
     if args.format == "csv" and args.out is None:
         parser.error("--format csv needs --out FOLDER")
+    outputs = _Outputs("vault-report")
+    if outputs.unwritable(
+        ("--merge-to", args.merge_to, False),
+        ("--html", args.html, False),
+        ("--out", args.out if args.format != "text" else None, args.format == "csv"),
+    ):
+        return 2
     loaded: Loaded | None = None
     try:
         loaded = load(args.files)
-        _run(loaded, args)
+        return _run(loaded, args, outputs)
     except ReportError as exc:
         print(f"vault-report: error: {exc}", file=sys.stderr)
         return 2
@@ -120,18 +174,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = "" if loaded is None or exc.row is None else f"{loaded.where(exc.row)}: "
         print(f"vault-report: error: {where}{exc}", file=sys.stderr)
         return 2
-    return 0
 
 
 def _warnings(loaded: Loaded, prog: str = "vault-report") -> None:
-    """Missing shards; and files that hold re-scored rows, not a run."""
-    missing = missing_shards(loaded.metadata)
-    if missing:
-        print(
-            f"{prog}: warning: shards {', '.join(missing)} are missing: "
-            "coverage shows their tests as missing",
-            file=sys.stderr,
-        )
+    """Files that hold re-scored rows, not a run."""
     for (name, _rows), meta in zip(loaded.sources, loaded.metadata, strict=True):
         if meta.get("counterfactual") is True:
             print(
@@ -141,8 +187,9 @@ def _warnings(loaded: Loaded, prog: str = "vault-report") -> None:
             )
 
 
-def _run(loaded: Loaded, args: argparse.Namespace) -> None:
+def _run(loaded: Loaded, args: argparse.Namespace, outputs: _Outputs) -> int:
     """Every table (and transfer) first, then the outputs: a bad row writes nothing."""
+    incomplete = _missing_shards(loaded, args.allow_missing_shards, "vault-report")
     _warnings(loaded)
     table, plans, note = loaded.table, loaded.metadata, ""
     if args.judged_only:
@@ -160,25 +207,30 @@ def _run(loaded: Loaded, args: argparse.Namespace) -> None:
         else render(result, analysis.unpermitted_transfers(), metadata, note=note)
     )
     if args.merge_to is not None:
-        with _writing(args.merge_to):
-            write_table(loaded.table, args.merge_to, metadata)
+        outputs.write(
+            "--merge-to", args.merge_to, lambda: write_table(loaded.table, args.merge_to, metadata)
+        )
     if args.format == "json":
         # ensure_ascii: exact, and ASCII (controls and lone surrogates as \u escapes).
         text = json.dumps(result, indent=1, sort_keys=False) + "\n"
         if args.out is None:
-            sys.stdout.write(text)
+            write_out(text)
         else:
-            _write(args.out, text)
+            outputs.write("--out", args.out, lambda: _write(args.out, text))
     elif args.format == "csv":
-        with _writing(args.out):
-            write_csv(result, args.out)
+        outputs.write("--out", args.out, lambda: write_csv(result, args.out))
     else:
         sample = metadata.get("sample")  # a sampled run says so above its tables
         head = f"{shown(sample_line(sample))}\n\n" if sample else ""
         head += f"{note}\n\n" if note else ""
-        sys.stdout.write(head + render_text(for_people(result)))
+        write_out(head + render_text(for_people(result)))
     if page is not None:
-        _write(args.html, page)
+        outputs.write("--html", args.html, lambda: _write(args.html, page))
+    return 2 if outputs.failed else 1 if incomplete else 0
+
+
+def _write(path: Path, text: str) -> None:
+    path.write_text(text, encoding="utf-8")
 
 
 class _OneLine(argparse.ArgumentParser):
@@ -211,6 +263,7 @@ def main_rescore(argv: Sequence[str]) -> int:
         metavar="FILE.parquet",
         help="also write the re-scored rows (a results file marked counterfactual)",
     )
+    _allow_missing_shards(parser)
     _bootstrap_options(parser)
     args = parser.parse_args(argv)
     # Only here: the tables alone never load the re-scoring.
@@ -221,6 +274,9 @@ def main_rescore(argv: Sequence[str]) -> int:
 
     if args.passports is None:
         parser.error("--passports DIR is required: the passports to judge the calls under")
+    outputs = _Outputs("vault-report rescore")
+    if outputs.unwritable(("--out", args.out, False)):
+        return 2
     now = datetime.now(UTC)  # the guard's one fixed instant
     loaded: Loaded | None = None
     try:
@@ -229,16 +285,17 @@ def main_rescore(argv: Sequence[str]) -> int:
         for warning in caught:
             print(f"vault-report rescore: warning: {shown(warning.message)}", file=sys.stderr)
         loaded = load(args.files)
+        incomplete = _missing_shards(loaded, args.allow_missing_shards, "vault-report rescore")
         _warnings(loaded, "vault-report rescore")
         rescored = rescore(loaded.table, levels, now, logs=args.out is not None)
         out = rescore_result(
             rescored, loaded.metadata, levels, now, Bootstrap(args.resamples, args.seed)
         )
         if args.out is not None:
-            with _writing(args.out):
-                write_table(
-                    rescored.table, args.out, rescored_metadata(loaded.metadata, levels, now)
-                )
+            out_meta = rescored_metadata(loaded.metadata, levels, now)
+            outputs.write(
+                "--out", args.out, lambda: write_table(rescored.table, args.out, out_meta)
+            )
     except (PassportError, ReportError) as exc:
         print(f"vault-report rescore: error: {exc}", file=sys.stderr)
         return 2
@@ -247,10 +304,10 @@ def main_rescore(argv: Sequence[str]) -> int:
         print(f"vault-report rescore: error: {where}{exc}", file=sys.stderr)
         return 2
     if args.format == "json":
-        sys.stdout.write(rescore_json(out))
+        write_out(rescore_json(out))
     else:
-        sys.stdout.write(render_rescore(out))
-    return 0
+        write_out(render_rescore(out))
+    return 2 if outputs.failed else 1 if incomplete else 0
 
 
 if __name__ == "__main__":

@@ -14,9 +14,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from pytest_vault.harness.levels import SHIPPED
 from pytest_vault.report.__main__ import main
 from pytest_vault.report.formats import render_text
-from pytest_vault.report.results import SCHEMA, load, read_results
+from pytest_vault.report.results import SCHEMA, load, read_results, write_results
 from pytest_vault.report.stats import benjamini_hochberg
 from pytest_vault.report.tables import Analysis, Bootstrap
 
@@ -341,9 +342,10 @@ def test_three_shards_merge_into_the_unsplit_tables(pytester: pytest.Pytester, r
     assert read_results(pytester.path / "merged.parquet")[0] == read_results(run)[0]
 
 
-def test_a_missing_shard_shows_as_missing(
+def test_missing_shards_exit_1_with_the_list_unless_allowed(
     pytester: pytest.Pytester, run: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    # Was a warning and exit 0: a nightly merge of a partial run looked complete.
     for k in (1, 2):
         assert (
             pytester.runpytest_subprocess(
@@ -351,25 +353,40 @@ def test_a_missing_shard_shows_as_missing(
             ).ret
             == 0
         )
-    out = pytester.path / "two.json"
-    assert (
-        main(
-            [
-                str(pytester.path / "s1.parquet"),
-                str(pytester.path / "s2.parquet"),
-                "--format",
-                "json",
-                "--out",
-                str(out),
-            ]
-        )
-        == 0
+    shards = [str(pytester.path / f"s{k}.parquet") for k in (1, 2)]
+    out, merged = pytester.path / "two.json", pytester.path / "merged.parquet"
+    capsys.readouterr()
+    argv = [*shards, "--format", "json", "--out", str(out), "--merge-to", str(merged)]
+    assert main(argv) == 1
+    said = "shards 3/3 are missing: coverage shows their tests as missing"
+    assert capsys.readouterr().err == (
+        f"vault-report: error: {said} (--allow-missing-shards to accept it)\n"
     )
-    assert "shards 3/3 are missing" in capsys.readouterr().err
+    # Every output is still written: the tables show the missing tests as missing.
     coverage = json.loads(out.read_text())["coverage"]
     assert sum(r["planned"] for r in coverage) == 56
     assert sum(r["missing"] for r in coverage) == 56 - sum(r["rows"] for r in coverage) > 0
     assert not all(r["complete"] for r in coverage)
+    assert len(read_results(merged)[0]) == sum(r["rows"] for r in coverage)
+    # The text tables are printed too.
+    assert main(shards) == 1
+    printed = capsys.readouterr()
+    assert "Coverage" in printed.out and printed.err.startswith(f"vault-report: error: {said}")
+    assert main(["rescore", *shards, "--passports", str(SHIPPED)]) == 1
+    assert capsys.readouterr().err.startswith(f"vault-report rescore: error: {said}")
+    # Accepted: a warning, exit 0.
+    for command in ([*argv], ["rescore", *shards, "--passports", str(SHIPPED)]):
+        assert main([*command, "--allow-missing-shards"]) == 0
+        assert f"warning: {said}\n" in capsys.readouterr().err
+    # All three: nothing missing, nothing said.
+    assert (
+        pytester.runpytest_subprocess(
+            *COMMON, "--vault-shard=3/3", "--vault-results=s3.parquet"
+        ).ret
+        == 0
+    )
+    assert main([*shards, str(pytester.path / "s3.parquet"), "--format", "json"]) == 0
+    assert capsys.readouterr().err == ""
 
 
 def test_the_same_evaluation_twice_is_refused(
@@ -392,6 +409,95 @@ def test_unreadable_files_are_one_line_errors(
         err.startswith(f"vault-report: error: {bad}: cannot read as Parquet")
         and err.count("\n") == 1
     )
+
+
+def test_a_results_file_that_is_not_there_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Was "cannot read as Parquet".
+    missing = tmp_path / "missing.parquet"
+    assert main([str(missing)]) == 2
+    assert capsys.readouterr().err == f"vault-report: error: {missing}: no such file\n"
+    assert main([str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (
+        f"vault-report: error: {tmp_path}: a folder, not a results file\n"
+    )
+
+
+BLOCKED = {
+    "merge-to": (["--merge-to", "{b}/m.parquet"], "--merge-to {b}/m.parquet"),
+    "html": (["--html", "{b}/r.html"], "--html {b}/r.html"),
+    "json-out": (["--format", "json", "--out", "{b}/t.json"], "--out {b}/t.json"),
+    "csv-out": (["--format", "csv", "--out", "{b}"], "--out {b}"),
+    "rescore-out": (["--out", "{b}/x.parquet"], "--out {b}/x.parquet"),
+}
+
+
+@pytest.mark.parametrize(("args", "said"), BLOCKED.values(), ids=BLOCKED.keys())
+def test_an_output_that_cannot_be_written_is_said_before_anything_is_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], said: str
+) -> None:
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file")
+    args = [a.format(b=blocker) for a in args]
+    # The results file is not there either: the output is said first, nothing is read.
+    files = [str(tmp_path / "missing.parquet"), *args]
+    rescore = ["rescore", "--passports", str(SHIPPED)] if "x.parquet" in said else []
+    assert main([*rescore, *files]) == 2
+    prog = "vault-report rescore" if rescore else "vault-report"
+    assert capsys.readouterr().err == (
+        f"{prog}: error: {said.format(b=blocker)}: cannot write: Not a directory\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["blocker"]
+
+
+def test_an_output_that_fails_at_the_end_is_one_line_and_the_others_are_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from pytest_vault.report import __main__ as command
+
+    from .rows import row
+
+    source = tmp_path / "run.parquet"
+    write_results([row()], source, {})
+    written = command._write
+
+    def html_full(path: Path, text: str) -> None:  # writable at the start; then the disk fills
+        if path.suffix == ".html":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        written(path, text)
+
+    monkeypatch.setattr(command, "_write", html_full)
+    page, tables, merged = tmp_path / "r.html", tmp_path / "t.json", tmp_path / "m.parquet"
+    argv = [str(source), "--html", str(page), "--format", "json", "--out", str(tables)]
+    assert main([*argv, "--merge-to", str(merged)]) == 2
+    assert capsys.readouterr().err == (
+        f"vault-report: error: --html {page}: cannot write: No space left on device\n"
+    )
+    assert not page.exists()
+    assert read_results(merged)[0] == read_results(source)[0]
+    assert "coverage" in json.loads(tables.read_text())
+
+
+@pytest.mark.parametrize("form", ["text", "json"])
+def test_vault_report_stops_quietly_when_its_reader_goes_away(tmp_path: Path, form: str) -> None:
+    from ..guard.test_cli_usage import first_line_then_close
+    from .rows import row
+
+    source = tmp_path / "run.parquet"
+    # 400 models: tables of about 200 kB, more than a pipe holds.
+    rows = [
+        row(model=f"m{m:04d}", attack_id=f"a{a}", session=f"s{a}")
+        for m in range(400)
+        for a in (1, 2)
+    ]
+    write_results(rows, source, {})
+    argv = [sys.executable, "-m", "pytest_vault.report", str(source), "--resamples", "1"]
+    line, status, err = first_line_then_close([*argv, "--format", form])
+    assert line.strip()
+    assert (status, err) == (1, b"")  # no BrokenPipeError traceback, no "Exception ignored"
 
 
 # -- formats -----------------------------------------------------------------------------------
