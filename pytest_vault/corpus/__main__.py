@@ -15,6 +15,7 @@ from pathlib import Path
 from pytest_vault.corpus.importers import ImporterError, jsonl, run_importer
 from pytest_vault.corpus.load import CorpusError, load_corpus
 from pytest_vault.corpus.model import Case, schema
+from pytest_vault.guard.cli import quiet_on_closed_pipe, write_all
 from pytest_vault.guard.text import shown
 
 IMPORT_USAGE = "usage: python -m pytest_vault.corpus import NAME [--out FILE]"
@@ -44,8 +45,7 @@ def import_corpus(args: list[str]) -> int:
     text = jsonl(lines).encode("utf-8")
     if out is None:
         sys.stdout.flush()
-        sys.stdout.buffer.write(text)
-        sys.stdout.buffer.flush()
+        write_all(sys.stdout.buffer, text)
         return 0
     try:
         Path(out).write_bytes(text)
@@ -59,6 +59,11 @@ def import_corpus(args: list[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    # A reader that goes away (`| head`) ends the command quietly, as every command does.
+    return quiet_on_closed_pipe(lambda: _command(args))
+
+
+def _command(args: list[str]) -> int:
     if args[:1] == ["import"]:
         return import_corpus(args[1:])
     if args == ["--schema"]:

@@ -1,7 +1,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from collections import Counter
 from decimal import Decimal
 from itertools import combinations
@@ -211,6 +214,68 @@ def test_the_corpus_command_reports_every_bad_line_of_every_file(
         f"error: {bad}:1: cals: unknown key; did you mean 'calls'?\n"
         f"error: {bad}:2: level: Input should be greater than or equal to 1\n"
     )
+
+
+# -- the corpus command and a reader that goes away (`| head`) ----------------------------------
+
+CORPUS = [sys.executable, "-m", "pytest_vault.corpus"]
+# `import NAME` to stdout, with an importer of 200 long lines registered first.
+FAKE_IMPORT = [
+    sys.executable,
+    "-c",
+    "import sys\n"
+    "from pytest_vault.corpus import importers\n"
+    "from pytest_vault.corpus.__main__ import main\n"
+    "def convert(version):\n"
+    "    return [importers.attack_case(id=f'f{n}', session='s', level=3, category='c',\n"
+    "        messages=['m' * 1000], calls=[], technique='t', provenance={'package': 'p'})\n"
+    "        for n in range(200)]\n"
+    "sys.modules['fake_importer'] = sys.modules['__main__']\n"
+    "importers.IMPORTERS['fake'] = importers.Importer('fake', 'pytest', 'fake_importer', 'x')\n"
+    "sys.exit(main(['import', 'fake']))",
+]
+
+
+def closed_early(command: list[str], lines: int) -> tuple[int, bytes, bytes]:
+    """Run `command` with stdout a real pipe whose reader closes after `lines` lines
+    (0: before the command starts, so that its first write finds the pipe closed).
+    The exit status, the lines read, and stderr."""
+    if lines == 0:
+        read, write = os.pipe()
+        os.close(read)
+        with subprocess.Popen(command, stdout=write, stderr=subprocess.PIPE) as proc:
+            os.close(write)
+            _, err = proc.communicate(timeout=120)
+        return proc.returncode, b"", err
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        head = b"".join(proc.stdout.readline() for _ in range(lines))
+        proc.stdout.close()
+        err = proc.stderr.read()
+        return proc.wait(timeout=120), head, err
+
+
+def test_the_schema_to_a_closed_pipe_exits_quietly() -> None:
+    assert closed_early([*CORPUS, "--schema"], lines=0) == (1, b"", b"")
+
+
+def test_the_import_to_a_closed_pipe_exits_quietly() -> None:
+    assert closed_early(FAKE_IMPORT, lines=0) == (1, b"", b"")
+    # Read to the end, the same command writes every line and exits 0.
+    done = subprocess.run(FAKE_IMPORT, capture_output=True, timeout=120)
+    assert (done.returncode, done.stderr, done.stdout.count(b"\n")) == (0, b"", 200)
+
+
+def test_the_check_of_many_files_stops_quietly_when_its_reader_goes_away(tmp_path: Path) -> None:
+    # 2,000 lines of counts, far more than a pipe holds: the reader's one line, then gone.
+    files = []
+    for n in range(2000):
+        path = tmp_path / f"corpus-{n:04d}.jsonl"
+        path.write_text(json.dumps({**GOOD, "id": f"a{n}"}) + "\n")
+        files.append(str(path))
+    status, head, err = closed_early([*CORPUS, *files], lines=1)
+    assert (status, err) == (1, b"")
+    assert head == f"{files[0]}: 1 attacks, 0 benign, 1 sessions\n".encode()
 
 
 def test_exported_schema_is_current() -> None:
