@@ -956,26 +956,20 @@ def _write_results(vault: VaultSession, path: Path) -> None:
 
 def _write_report(vault: VaultSession, path: Path) -> None:
     from pytest_vault.report.html import write_html
+    from pytest_vault.report.outputs import replacing
 
-    path.parent.mkdir(parents=True, exist_ok=True)  # as every output's folders are made
-    write_html(vault.store.results(), [vault.metadata()], path)
+    with replacing(path) as partial:
+        write_html(vault.store.results(), [vault.metadata()], partial)
 
 
 def _write_found(vault: VaultSession, path: Path) -> None:
     """`--vault-export-found`: the adaptive finds as corpus lines, sorted (so any
-    parallelism writes the same file), written atomically; no find, an empty file."""
-    import contextlib
-    import os
+    parallelism writes the same file); no find, an empty file."""
+    from pytest_vault.report.outputs import replacing
 
     lines = sorted(set(vault.store.found() if vault.store else []))
-    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    with replacing(path) as partial:
         partial.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-        os.replace(partial, path)
-    finally:
-        with contextlib.suppress(OSError):
-            partial.unlink(missing_ok=True)
 
 
 def pytest_terminal_summary(

@@ -31,7 +31,7 @@ from pytest_vault.harness.levels import load_levels
 from pytest_vault.report.formats import render_text, write_csv
 from pytest_vault.report.html import render
 from pytest_vault.report.judges import for_people, judged_only
-from pytest_vault.report.outputs import cannot_write
+from pytest_vault.report.outputs import cannot_write, replacing
 from pytest_vault.report.results import (
     Loaded,
     ReportError,
@@ -91,8 +91,7 @@ class _Outputs:
 
     def write(self, option: str, path: Path, write: Callable[[], None]) -> None:
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)  # as every writer does
-            write()
+            write()  # each writer makes the output's missing folders
         except OSError as exc:
             said = f"{option} {shown(path)}: cannot write: {shown(reason(exc))}"
             print(f"{self.prog}: error: {said}", file=sys.stderr)
@@ -230,7 +229,8 @@ def _run(loaded: Loaded, args: argparse.Namespace, outputs: _Outputs) -> int:
 
 
 def _write(path: Path, text: str) -> None:
-    path.write_text(text, encoding="utf-8")
+    with replacing(path) as partial:
+        partial.write_text(text, encoding="utf-8")
 
 
 class _OneLine(argparse.ArgumentParser):

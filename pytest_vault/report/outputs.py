@@ -9,8 +9,10 @@ that fails at the end is still one line, from the writer.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from pytest_vault.guard.passport import reason
@@ -62,3 +64,18 @@ def cannot_read(path: Path, *, folder: bool = False) -> str | None:
     except (OSError, ValueError) as exc:
         return reason(exc)
     return None
+
+
+@contextlib.contextmanager
+def replacing(path: Path) -> Iterator[Path]:
+    """A partial file beside `path` to write, put in its place once whole (its missing
+    folders made): a write that fails (a full disk) leaves neither a partial output nor
+    a changed one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        yield partial
+        os.replace(partial, path)
+    finally:
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)

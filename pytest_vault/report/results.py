@@ -8,7 +8,6 @@ as untrusted input: anything that breaks a rule is a `ResultsError`, one line in
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -37,6 +36,7 @@ from pytest_vault.corpus.sample import SampleRecord
 from pytest_vault.guard.passport import DuplicateKey, describe, reason, unique_keys
 from pytest_vault.guard.text import scrub_url, scrub_urls, shown, stored
 from pytest_vault.harness.events import COLUMNS
+from pytest_vault.report.outputs import replacing
 
 SCHEMA = pa.schema(
     [
@@ -209,20 +209,15 @@ def _write(
     # ensure_ascii: exact, and ASCII whatever the metadata holds.
     meta = json.dumps(scrubbed(metadata), sort_keys=True).encode()
     schema = schema.with_metadata({META_KEY: meta})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    try:
-        # Opened here, not by Arrow: a failure is the system's OSError, with its words
-        # ("No space left on device"), for the one line that reports it.
-        with (
-            partial.open("wb") as file,
-            pq.ParquetWriter(file, schema, memory_pool=POOL) as writer,
-        ):
-            for group in groups:
-                writer.write_table(group.replace_schema_metadata(schema.metadata))
-        os.replace(partial, path)
-    finally:
-        partial.unlink(missing_ok=True)
+    # Opened here, not by Arrow: a failure is the system's OSError, with its words
+    # ("No space left on device"), for the one line that reports it.
+    with (
+        replacing(path) as partial,
+        partial.open("wb") as file,
+        pq.ParquetWriter(file, schema, memory_pool=POOL) as writer,
+    ):
+        for group in groups:
+            writer.write_table(group.replace_schema_metadata(schema.metadata))
 
 
 # -- reading -----------------------------------------------------------------------------------

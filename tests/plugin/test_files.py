@@ -143,6 +143,11 @@ def _full(*args: Any, **kwargs: Any) -> None:
     raise OSError(errno.ENOSPC, "No space left on device")
 
 
+def _half_a_page(rows: Any, metadata: Any, path: Path) -> None:
+    path.write_text("<!DOCTYPE html><p>the start of a rep")
+    _full()
+
+
 @pytest.mark.parametrize("failing", ["--vault-results", "--vault-report", "--vault-export-found"])
 def test_an_output_that_fails_at_the_end_is_one_line_and_the_others_are_written(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, corpus: Path, failing: str
@@ -155,12 +160,12 @@ def test_an_output_that_fails_at_the_end_is_one_line_and_the_others_are_written(
     if failing == "--vault-results":
         monkeypatch.setattr(pq.ParquetWriter, "write_table", _full)
     elif failing == "--vault-report":
-        monkeypatch.setattr(html, "write_html", _full)
+        monkeypatch.setattr(html, "write_html", _half_a_page)
     else:
         written = Path.write_text
 
         def partial_full(path: Path, *args: Any, **kwargs: Any) -> int:
-            if path.name.endswith(".partial"):
+            if path.name.startswith(".found.jsonl."):  # its partial file
                 _full()
             return written(path, *args, **kwargs)
 
@@ -170,7 +175,9 @@ def test_an_output_that_fails_at_the_end_is_one_line_and_the_others_are_written(
         "--vault-report": pytester.path / "run.html",
         "--vault-export-found": pytester.path / "found.jsonl",
     }
+    paths[failing].write_bytes(b"the last run's")
     result = pytester.runpytest(
+        "attacks.jsonl",  # the corpus, not the finds of the last run
         "--vault-model=scripted:replay",
         *ESCALATE,
         "--vault-track=A",
@@ -183,7 +190,8 @@ def test_an_output_that_fails_at_the_end_is_one_line_and_the_others_are_written(
     assert errors(result) == [
         f"ERROR: {failing} {paths[failing]}: cannot write: No space left on device"
     ]
-    assert not paths[failing].exists()
+    # Neither a partial output nor a changed one.
+    assert paths[failing].read_bytes() == b"the last run's"
     assert [p.name for p in pytester.path.iterdir() if p.name.endswith(".partial")] == []
     for option, path in paths.items():
         if option != failing:

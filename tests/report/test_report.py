@@ -456,27 +456,34 @@ def test_an_output_that_fails_at_the_end_is_one_line_and_the_others_are_written(
 ) -> None:
     import errno
 
-    from pytest_vault.report import __main__ as command
-
     from .rows import row
 
     source = tmp_path / "run.parquet"
     write_results([row()], source, {})
-    written = command._write
-
-    def html_full(path: Path, text: str) -> None:  # writable at the start; then the disk fills
-        if path.suffix == ".html":
-            raise OSError(errno.ENOSPC, "No space left on device")
-        written(path, text)
-
-    monkeypatch.setattr(command, "_write", html_full)
     page, tables, merged = tmp_path / "r.html", tmp_path / "t.json", tmp_path / "m.parquet"
+    page.write_text("the last report")
+    written = Path.write_text
+
+    def html_full(path: Path, *args: Any, **kwargs: Any) -> int:
+        if path.name.startswith(".r.html."):  # writable at the start; then the disk fills
+            path.touch()  # part of it made it
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return written(path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", html_full)
     argv = [str(source), "--html", str(page), "--format", "json", "--out", str(tables)]
     assert main([*argv, "--merge-to", str(merged)]) == 2
     assert capsys.readouterr().err == (
         f"vault-report: error: --html {page}: cannot write: No space left on device\n"
     )
-    assert not page.exists()
+    # Neither a partial page nor a changed one; the other outputs are written.
+    assert page.read_text() == "the last report"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "m.parquet",
+        "r.html",
+        "run.parquet",
+        "t.json",
+    ]
     assert read_results(merged)[0] == read_results(source)[0]
     assert "coverage" in json.loads(tables.read_text())
 

@@ -816,7 +816,7 @@ def test_an_unwritable_out_is_one_line(
     out = run_file / "rescored.parquet"  # under a file
     argv = ["rescore", str(run_file), "--passports", str(SHIPPED), "--out", str(out)]
     assert _one_line(capsys, [*argv, "--resamples", "10"]) == (
-        f"vault-report rescore: error: {out}: cannot write: File exists"
+        f"vault-report rescore: error: --out {out}: cannot write: Not a directory"
     )
 
 
