@@ -965,11 +965,12 @@ def _write_report(vault: VaultSession, path: Path) -> None:
 def _write_found(vault: VaultSession, path: Path) -> None:
     """`--vault-export-found`: the adaptive finds as corpus lines, sorted (so any
     parallelism writes the same file); no find, an empty file."""
+    from pytest_vault.corpus.export import found_file
     from pytest_vault.report.outputs import replacing
 
-    lines = sorted(set(vault.store.found() if vault.store else []))
+    text, vault.repaired_finds = found_file(vault.store.found() if vault.store else [])
     with replacing(path) as partial:
-        partial.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        partial.write_text(text, encoding="utf-8")
 
 
 def pytest_terminal_summary(
@@ -989,6 +990,14 @@ def pytest_terminal_summary(
     ):
         if path is not None and option not in vault.unwritten:
             terminalreporter.write_line(f"{label}: {shown(path)}")
+    repaired = vault.repaired_finds
+    if repaired:
+        terminalreporter.write_line(
+            f"found: {shown(vault.options.export_found)}: {len(repaired)} find(s) repaired "
+            "(text a corpus line cannot hold; see provenance.repaired): "
+            + ", ".join(map(shown, repaired)),
+            yellow=True,
+        )
     unstored = vault.unstored_answers()
     if unstored is not None:
         count, reason = unstored

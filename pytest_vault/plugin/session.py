@@ -154,6 +154,9 @@ class VaultSession:
     unstored: dict[str, tuple[int, str | None]] = field(default_factory=dict)
     # Outputs that could not be written at the end, by option (said in one line each).
     unwritten: dict[str, Path] = field(default_factory=dict)
+    # The ids of exported finds whose text no corpus line could hold exactly (repaired,
+    # and named in their provenance), for the summary to say.
+    repaired_finds: list[str] = field(default_factory=list)
 
     @property
     def levels(self) -> dict[int, Level]:
