@@ -155,6 +155,9 @@ def _main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.format == "csv" and args.out is None:
         parser.error("--format csv needs --out FOLDER")
+    if args.format == "text" and args.out is not None:
+        # Else the tables go to the terminal and --out is silently not written.
+        parser.error("--out goes with --format json or csv (the text tables go to stdout)")
     outputs = _Outputs("vault-report")
     if outputs.unwritable(
         ("--merge-to", args.merge_to, False),

@@ -451,6 +451,19 @@ def test_an_output_that_cannot_be_written_is_said_before_anything_is_read(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["blocker"]
 
 
+def test_an_out_the_text_format_would_not_write_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --format text prints its tables: an --out beside it was silently not written.
+    with pytest.raises(SystemExit) as exit_:
+        main([str(tmp_path / "run.parquet"), "--out", str(tmp_path / "t.txt")])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "vault-report: error: --out goes with --format json or csv (the text tables go to stdout)"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_an_output_that_fails_at_the_end_is_one_line_and_the_others_are_written(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
