@@ -42,9 +42,9 @@ from pytest_vault.guard.passport import (
     WILDCARD,
     ChargeLimits,
     DocumentError,
+    Lines,
     Passport,
     PassportError,
-    line_at,
     passport_from_data,
     problem_loc,
     read_json,
@@ -239,7 +239,8 @@ def lint_document(file: str, document: bytes, *, now: datetime) -> list[Finding]
         out = [_unloadable(file, data, exc)]
     else:
         out = _findings(file, passport, now)
-    return [f._replace(lineno=line_at(text, parts(f.pointer))) for f in out]
+    lines = Lines(text)
+    return [f._replace(lineno=lines(parts(f.pointer))) for f in out]
 
 
 def _findings(file: str, passport: Passport, now: datetime) -> list[Finding]:

@@ -14,6 +14,7 @@ deviations (each marked `DEVIATION` below):
 
 from __future__ import annotations
 
+import bisect
 import codecs
 import hashlib
 import json
@@ -436,37 +437,67 @@ def line_at(text: str, loc: Sequence[int | str]) -> int:
     written: a key by its last occurrence (the one a reader keeps), an item by its index
     (an int, or a JSON pointer's digits). Where `loc` goes past what the text holds (a
     field that is missing), the line of the deepest value it reaches."""
-    at = mark = _blank(text, 0)
-    for part in loc:
-        found = _entry(text, at, part)
-        if found is None:
-            break
-        mark, at = found
-    return text.count("\n", 0, mark) + 1
+    return Lines(text)(loc)
 
 
-def _entry(text: str, at: int, part: int | str) -> tuple[int, int] | None:
-    """Where the entry `part` of the container at `at` starts and where its value does,
-    or None when it holds no such entry."""
-    if text[at] == "{" and isinstance(part, str):
-        found = None
-        pos = _blank(text, at + 1)
+class Lines:
+    """`line_at` for many places of one document: each container's entries are found
+    once, and lines are counted by a search, so a lint of 20,000 payees is not quadratic
+    (every finding walked the list from its start, and counted lines from the top)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._entries: dict[int, dict[int | str, tuple[int, int]]] = {}
+        self._newlines: list[int] | None = None
+
+    def __call__(self, loc: Sequence[int | str]) -> int:
+        at = mark = _blank(self.text, 0)
+        for part in loc:
+            found = self._entry(at, part)
+            if found is None:
+                break
+            mark, at = found
+        if self._newlines is None:
+            self._newlines = [m.start() for m in re.finditer("\n", self.text)]
+        return bisect.bisect_left(self._newlines, mark) + 1
+
+    def _entry(self, at: int, part: int | str) -> tuple[int, int] | None:
+        """Where the entry `part` of the container at `at` starts and where its value
+        does, or None when it holds no such entry."""
+        kind = self.text[at : at + 1]
+        key: int | str | None
+        if kind == "{":
+            key = part if isinstance(part, str) else None
+        elif kind == "[":
+            key = part if isinstance(part, int) else int(part) if _INDEX.fullmatch(part) else None
+        else:
+            return None
+        if key is None:
+            return None
+        table = self._entries.get(at)
+        if table is None:
+            table = self._entries[at] = _entries(self.text, at)
+        return table.get(key)
+
+
+def _entries(text: str, at: int) -> dict[int | str, tuple[int, int]]:
+    """Every entry of the container at `at`: a key (its last occurrence) or an index, to
+    where the entry starts and where its value does."""
+    out: dict[int | str, tuple[int, int]] = {}
+    pos = _blank(text, at + 1)
+    if text[at] == "{":
         while text[pos] == '"':
             key, end = _scan_string(text, pos + 1)
             value = _blank(text, _blank(text, end) + 1)  # past the colon
-            if key == part:
-                found = (pos, value)
+            out[key] = (pos, value)
             pos = _after(text, value)
-        return found
-    index = part if isinstance(part, int) else int(part) if _INDEX.fullmatch(part) else None
-    if text[at] == "[" and index is not None:
-        pos = _blank(text, at + 1)
-        for _ in range(index):
-            if text[pos] == "]":
-                return None
-            pos = _after(text, pos)
-        return None if text[pos] == "]" else (pos, pos)
-    return None
+        return out
+    index = 0
+    while text[pos] != "]":
+        out[index] = (pos, pos)
+        index += 1
+        pos = _after(text, pos)
+    return out
 
 
 def _after(text: str, value: int) -> int:
