@@ -200,8 +200,9 @@ class Guard:
         """`judge` inside one store transaction holding `probe`'s day total and key."""
         shown_transfer = probe if carry else None  # context decisions carry no transfer
         with self._lock:
+            judged_at: datetime | None = None
             try:
-                self._now = self._clock()
+                self._now = judged_at = self._clock()
                 day = utc_day(self._now)  # the day the engine judges on, from the same reading
                 with self._store.transaction(day, probe.currency, probe.idempotency_key) as state:
                     self._engine.ledger = state
@@ -216,15 +217,19 @@ class Guard:
                 )
             finally:
                 self._engine.ledger = Ledger()  # the engine keeps no state between calls
-            return self._audited(tool, decision)
+            # The record's time is the instant judged: a second reading could fall on the
+            # next day, and the record would not say which day's total was checked.
+            return self._audited(tool, decision, judged_at)
 
     # -- audit ------------------------------------------------------------------------
-    def _audited(self, tool: object, decision: Decision) -> Decision:
-        """Write the decision's one audit record; a decision that cannot be audited denies."""
+    def _audited(self, tool: object, decision: Decision, when: datetime | None = None) -> Decision:
+        """Write the decision's one audit record, timed `when` (the instant judged; a
+        reading of the clock for a call refused before one); a decision that cannot be
+        audited denies."""
         if self._audit is None:
             return decision
         try:
-            self._write(_record(self, tool, decision, self._clock()))
+            self._write(_record(self, tool, decision, self._clock() if when is None else when))
         except Exception as exc:  # noqa: BLE001 - nothing executes unaudited
             return deny(EVALUATION_ERROR, f"audit log unavailable: {_kind(exc)}", decision.transfer)
         return decision

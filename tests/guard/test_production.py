@@ -661,6 +661,23 @@ def test_one_audit_line_per_decision_without_raw_arguments(tmp_path: Path) -> No
     assert records[1]["reasons"] == ["unknown argument(s) 'api_key'"]
 
 
+def test_an_audit_record_is_timed_at_the_instant_judged(tmp_path: Path) -> None:
+    # A clock read again for the record fell on the next day: the record said another
+    # day than the one whose total was checked.
+    readings = iter(
+        [
+            datetime(2026, 12, 1, 23, 59, 59, 999999, tzinfo=UTC) + timedelta(seconds=i)
+            for i in range(9)
+        ]
+    )
+    log = tmp_path / "audit.jsonl"
+    guard = Guard.load(LEVEL3, audit=log, in_memory_ledger=True, clock=lambda: next(readings))
+    guard.check("transfer_funds", transfer(5))
+    guard.check("transfer_funds", transfer(6))
+    times = [json.loads(line)["time"] for line in log.read_text().splitlines()]
+    assert times == ["2026-12-01T23:59:59.999999+00:00", "2026-12-02T00:00:00.999999+00:00"]
+
+
 def test_audit_to_a_logger(caplog: pytest.LogCaptureFixture) -> None:
     guard = Guard.load(LEVEL3, audit=logging.getLogger("vault.audit"), in_memory_ledger=True)
     with caplog.at_level(logging.INFO, logger="vault.audit"):
