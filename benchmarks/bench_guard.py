@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from pytest_vault.guard.engine import Guard
+from pytest_vault.guard.folder import SHIPPED
 from pytest_vault.guard.passport import load_passport
-from pytest_vault.harness.levels import SHIPPED
 
 PLAIN_LOOP = """
 import json, sys

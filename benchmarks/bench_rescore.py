@@ -36,10 +36,11 @@ import pyarrow.parquet as pq
 from bench_report import synthetic
 
 from pytest_vault.corpus.model import Case
+from pytest_vault.guard.folder import SHIPPED
 from pytest_vault.harness.agent import Evaluation
 from pytest_vault.harness.bank import Bank
 from pytest_vault.harness.events import row
-from pytest_vault.harness.levels import SHIPPED, Level, load_levels
+from pytest_vault.harness.levels import Level, load_levels
 from pytest_vault.report.results import SCHEMA, to_table
 
 PAYEES = {

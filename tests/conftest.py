@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from pytest_vault.guard.engine import Guard
+from pytest_vault.guard.folder import SHIPPED
 from pytest_vault.guard.passport import load_passport
-from pytest_vault.harness.levels import SHIPPED
 
 from .fakeprovider import FakeProvider
 

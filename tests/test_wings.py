@@ -13,16 +13,21 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pytest_vault"
-WINGS = ("guard", "corpus", "harness", "models", "adapters", "report", "plugin")
-# What each wing may import of pytest_vault besides itself; and whether pytest.
+WINGS = ("core", "guard", "policy", "corpus", "harness", "models", "adapters", "report", "plugin")
+# What each wing may import of pytest_vault besides itself; and whether pytest. Floors
+# from the ground up: core <- guard <- policy, and guard <- corpus <- harness <- models;
+# report reads rows (harness, guard, policy, corpus, core), never the providers or pytest.
+_BASE = frozenset({"core", "guard", "corpus", "harness"})
 MAY_IMPORT: dict[str, tuple[frozenset[str], bool]] = {
-    "guard": (frozenset(), False),
-    "corpus": (frozenset({"guard"}), False),
-    "harness": (frozenset({"guard", "corpus"}), False),
-    "models": (frozenset({"guard", "corpus", "harness"}), False),
-    "report": (frozenset({"guard", "corpus", "harness"}), False),
+    "core": (frozenset(), False),
+    "guard": (frozenset({"core"}), False),
+    "policy": (frozenset({"core", "guard"}), False),
+    "corpus": (frozenset({"core", "guard"}), False),
+    "harness": (frozenset({"core", "guard", "corpus"}), False),
+    "models": (_BASE, False),
+    "adapters": (_BASE, False),
+    "report": (_BASE | {"policy"}, False),
     "plugin": (frozenset(WINGS), True),
-    "adapters": (frozenset({"guard", "corpus", "harness"}), False),
 }
 
 

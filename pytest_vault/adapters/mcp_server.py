@@ -47,6 +47,8 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 from pydantic import TypeAdapter
 
+from pytest_vault.core.errors import FileError, reason
+from pytest_vault.core.text import shown, valid_utf8
 from pytest_vault.guard.engine import (
     INVALID_CONTEXT,
     TRANSFER_TOOL,
@@ -55,8 +57,7 @@ from pytest_vault.guard.engine import (
     Unreadable,
     parse_json_object,
 )
-from pytest_vault.guard.passport import PassportError, reason
-from pytest_vault.guard.text import shown, valid_utf8
+from pytest_vault.guard.folder import LEVELS, SHIPPED
 from pytest_vault.harness.agent import TOOLS
 from pytest_vault.harness.bank import (
     ARCHITECTURES,
@@ -68,7 +69,7 @@ from pytest_vault.harness.bank import (
     NotRecorded,
     utc_clock,
 )
-from pytest_vault.harness.levels import LEVELS, SHIPPED, Level, load_levels
+from pytest_vault.harness.levels import Level, load_levels
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -666,7 +667,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cli.error("--host and --port need --transport http")
     try:
         level = load_levels(args.passports)[args.level]
-    except PassportError as exc:
+    except FileError as exc:
         cli.error(str(exc))
     host = "127.0.0.1" if args.host is None else args.host
     sock = None

@@ -12,11 +12,11 @@ import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from pytest_vault.core.cli import quiet_on_closed_pipe, write_all
+from pytest_vault.core.text import shown
 from pytest_vault.corpus.importers import ImporterError, jsonl, run_importer
 from pytest_vault.corpus.load import CorpusError, load_corpus
 from pytest_vault.corpus.model import Case, schema
-from pytest_vault.guard.cli import quiet_on_closed_pipe, write_all
-from pytest_vault.guard.text import shown
 
 IMPORT_USAGE = "usage: python -m pytest_vault.corpus import NAME [--out FILE]"
 

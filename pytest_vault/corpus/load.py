@@ -8,9 +8,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from pytest_vault.core.errors import describe, reason
+from pytest_vault.core.json import DocumentError, read_json
+from pytest_vault.core.text import shown
 from pytest_vault.corpus.model import Case
-from pytest_vault.guard.passport import DocumentError, describe, read_json, reason
-from pytest_vault.guard.text import shown
 
 # A file's bad lines reported, at most; then how many more there are.
 SHOWN_PROBLEMS = 50

@@ -19,8 +19,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from pytest_vault.core.text import shown
 from pytest_vault.guard.engine import Unreadable, to_minor
-from pytest_vault.guard.text import shown
 
 CATEGORIES = (
     "authority_claim",

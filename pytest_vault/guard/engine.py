@@ -11,43 +11,23 @@ decision carries the normalized `Transfer`, which is the only thing that may exe
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from decimal import (
-    MAX_EMAX,
-    MAX_PREC,
-    MIN_EMIN,
-    Clamped,
-    Context,
     Decimal,
-    DivisionByZero,
-    FloatOperation,
-    Inexact,
-    InvalidOperation,
-    Overflow,
-    Rounded,
-    Subnormal,
-    Underflow,
 )
 from time import time as _now
 from typing import Any, NamedTuple, NoReturn
 
+from pytest_vault.core.json import ARGUMENTS, EXACT, Problem
+from pytest_vault.core.text import BLANK, shown, visible
+
 # Re-exported: `engine.MINOR_DIGITS` is where the guard's readers have always found it.
 from pytest_vault.guard.money import MINOR_DIGITS as MINOR_DIGITS
-from pytest_vault.guard.passport import (
-    ASSURANCE_RANK,
-    CHARGE,
-    WILDCARD,
-    ChargeLimits,
-    DuplicateKey,
-    Passport,
-    unique_keys,
-)
-from pytest_vault.guard.text import BLANK, shown, visible
+from pytest_vault.guard.passport import ASSURANCE_RANK, CHARGE, WILDCARD, ChargeLimits, Passport
 
 POLICY_ID = "finance.payment.charge.v1"
 PACK_MIN_ASSURANCE = "L2"  # the pack's `min_assurance`
@@ -120,31 +100,6 @@ _FLOAT_CEILING = float(_INT_CEILING)  # exact: a power of ten below 2**53 * 2**1
 _EXACT_UNITS = 10**15  # minor units a float names exactly by its nearest value (DBL_DIG)
 # 10**digits by a currency's minor digits: an index, not a power, per decision.
 _SCALE: tuple[int, ...] = tuple(10**d for d in range(max(MINOR_DIGITS.values()) + 1))
-
-
-# The one context every Decimal the guard makes or prints goes through, never the caller's
-# (whose `getcontext().prec = 2` turned a judged 499 into a paid 5.0E+2): precise enough to
-# hold any number a text can write, and trapping every signal, so that nothing is rounded,
-# clamped or made NaN, and what cannot be held exactly raises instead. A constant: only
-# its flags change (as a trap raises), and nothing reads them.
-EXACT = Context(
-    prec=MAX_PREC,
-    Emax=MAX_EMAX,
-    Emin=MIN_EMIN,
-    capitals=1,
-    clamp=0,
-    traps=[
-        Clamped,
-        DivisionByZero,
-        FloatOperation,
-        Inexact,
-        InvalidOperation,
-        Overflow,
-        Rounded,
-        Subnormal,
-        Underflow,
-    ],
-)
 
 
 # Value types are NamedTuples: immutable (what executes cannot be edited after the
@@ -456,57 +411,29 @@ def _refuse_text(
     raise AssertionError("the inline tests refused texts that _text accepts")
 
 
-def _reject_constant(name: str) -> Any:
-    raise Unreadable(f"{name} is not a JSON number")
-
-
-# Decimals made in EXACT: `Decimal(text)` follows the caller's context for a number out of
-# range (NaN with InvalidOperation untrapped, where the default context raises).
-_STRICT_JSON = json.JSONDecoder(
-    parse_float=EXACT.create_decimal,
-    parse_constant=_reject_constant,
-    object_pairs_hook=unique_keys,
-)
-# The decoder's own scanner (the very one `decode` calls); typeshed leaves it out.
-_scan: Callable[[str, int], tuple[Any, int]] = _STRICT_JSON.scan_once  # type: ignore[attr-defined]
-
-
-def _strict(text: str) -> Any:
-    """`_STRICT_JSON.decode(text)`, with its scanner alone when the value starts the text
-    and only JSON whitespace follows it (a line's `\r`), which skips two regex matches.
-    Otherwise the decoder reads it again, for its rules on leading whitespace and its
-    words for what is wrong; all else the scanner raises as the decoder would, since
-    the decoder calls it."""
-    try:
-        value, end = _scan(text, 0)
-    except StopIteration:  # no value at the very start: leading whitespace, or none
-        return _STRICT_JSON.decode(text)
-    if end != len(text) and text[end:].strip(" \t\n\r"):
-        return _STRICT_JSON.decode(text)  # "Extra data", in the decoder's words
-    return value
+# The guard's words for what the strict reader found (they reach the model in a declined
+# call's result, and so its provider's cache key: they stay as they were).
+_SAID = {
+    "duplicate": "{}",  # {"recipient": "ok", "recipient": "evil"}: which was meant?
+    "constant": "{} is not a JSON number",
+    "syntax": "not valid JSON: {}",
+    "range": "not valid JSON: number out of range",
+    "depth": "not valid JSON: nested too deeply",
+    "utf8": "not valid JSON: not UTF-8",
+}
 
 
 def parse_json_object(text: str | bytes) -> dict[str, Any]:
     """Strict JSON for arguments: decimals stay exact, NaN/Infinity and duplicate keys fail."""
     try:
-        # JSON text is UTF-8 (RFC 8259); one decoder, built once, for the hot path.
-        value = _strict(text.decode() if isinstance(text, bytes) else text)
-    except Unreadable:
-        raise
-    except DuplicateKey as exc:
-        # {"recipient": "ok", "recipient": "evil"}: which one did the model mean?
-        raise Unreadable(str(exc)) from None
-    # ArithmeticError: a number Decimal cannot hold (an exponent out of range).
-    except ArithmeticError:
-        raise Unreadable("not valid JSON: number out of range") from None
-    except RecursionError:
-        raise Unreadable("not valid JSON: nested too deeply") from None
-    except json.JSONDecodeError as exc:
-        problem = exc.msg.removesuffix(" at")  # "Invalid control character at"
-        raise Unreadable(f"not valid JSON: {problem} at column {exc.colno}") from None
-    except ValueError as exc:  # bytes that are not UTF-8; an integer of too many digits
-        problem = "not UTF-8" if isinstance(exc, UnicodeDecodeError) else "number out of range"
-        raise Unreadable(f"not valid JSON: {problem}") from None
+        value = ARGUMENTS.loads(text)
+    except Problem as exc:
+        problem = exc.problem
+        if exc.kind == "constant":
+            problem = problem.removesuffix(" is not valid JSON")
+        elif exc.kind == "syntax":
+            problem = f"{problem} at column {exc.column}"
+        raise Unreadable(_SAID[exc.kind].format(problem)) from None
     if not isinstance(value, dict):
         raise Unreadable(f"expected a JSON object, got {type(value).__name__}")
     return value

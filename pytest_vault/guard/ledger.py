@@ -25,9 +25,9 @@ from contextlib import AbstractContextManager, contextmanager
 from datetime import date
 from typing import Protocol
 
+from pytest_vault.core.errors import reason
+from pytest_vault.core.text import shown
 from pytest_vault.guard.engine import Ledger
-from pytest_vault.guard.passport import reason
-from pytest_vault.guard.text import shown
 
 SCHEMA_VERSION = "1"
 _TABLES = frozenset({"vault_meta", "vault_daily", "vault_keys"})

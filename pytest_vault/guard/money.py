@@ -20,7 +20,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import NamedTuple
 
-from pytest_vault.guard.text import shown
+from pytest_vault.core.text import shown
 
 # ISO 4217 codes the suite can convert to minor units, with their exponent. A code
 # outside this table is unknown: what "1" of it is in minor units cannot be said, so the

@@ -31,9 +31,10 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, Protocol, TypeVar, cast
 
+from pytest_vault.core.json import EXACT
+from pytest_vault.core.text import json_text, shown
 from pytest_vault.guard.engine import (
     EVALUATION_ERROR,
-    EXACT,
     INVALID_CONTEXT,
     MINOR_DIGITS,
     POLICY_ID,
@@ -52,7 +53,6 @@ from pytest_vault.guard.engine import (
 from pytest_vault.guard.engine import Guard as Engine
 from pytest_vault.guard.ledger import LedgerError, LedgerStore, MemoryLedger, SqliteLedger
 from pytest_vault.guard.passport import Passport, read_passport
-from pytest_vault.guard.text import json_text, shown
 
 R = TypeVar("R")
 R_co = TypeVar("R_co", covariant=True)

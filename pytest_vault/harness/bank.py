@@ -26,6 +26,7 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any, Literal
 
+from pytest_vault.core.text import json_text, shown
 from pytest_vault.guard.engine import (
     TRANSFER_TOOL,
     Decision,
@@ -39,7 +40,6 @@ from pytest_vault.guard.engine import (
 )
 from pytest_vault.guard.money import Money
 from pytest_vault.guard.passport import WILDCARD, Passport
-from pytest_vault.guard.text import json_text, shown
 
 Architecture = Literal["model", "guarded"]
 ARCHITECTURES: tuple[Architecture, ...] = ("model", "guarded")

@@ -17,8 +17,8 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+from pytest_vault.core.text import json_text
 from pytest_vault.guard.engine import TRANSFER_TOOL, Unreadable, read_transfer
-from pytest_vault.guard.text import json_text
 from pytest_vault.harness.agent import Evaluation
 from pytest_vault.harness.bank import CallRecord
 from pytest_vault.harness.judges import Verdict, verdicts_json

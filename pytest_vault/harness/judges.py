@@ -26,24 +26,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    field_validator,
+)
+from pydantic_core import PydanticCustomError
 
+from pytest_vault.core.json import sha256
+from pytest_vault.core.text import json_text, shown
+from pytest_vault.core.toml import load_toml
 from pytest_vault.corpus.model import Case
 from pytest_vault.guard.engine import TRANSFER_TOOL, Unreadable, parse_json_object
 from pytest_vault.guard.engine import permits_recipient as _permits
-from pytest_vault.guard.passport import (
-    PassportError,
-    describe,
-    error_loc,
-    read_toml,
-    reason,
-    sha256,
-    toml_at,
-)
-from pytest_vault.guard.text import json_text, shown
+from pytest_vault.guard.folder import SHIPPED
 from pytest_vault.harness.agent import Evaluation, InputBlocked, ModelError, NotRun
 from pytest_vault.harness.controls import EMAIL, IBAN
-from pytest_vault.harness.levels import SHIPPED, Level
+from pytest_vault.harness.levels import Level
 
 Answer = Literal["yes", "no", "unreadable"]
 VERDICTS: tuple[Answer, ...] = ("yes", "no", "unreadable")
@@ -313,6 +315,13 @@ class JudgePrompt(BaseModel):
     max_tokens: Annotated[StrictInt, Field(ge=1, le=100_000)]
     system_prompt: Annotated[StrictStr, Field(min_length=1)]
     prompt: Annotated[StrictStr, Field(min_length=1)]
+    # Named so that its refusal says why, where "extra inputs" would not.
+    temperature: None = None
+
+    @field_validator("temperature", mode="before")
+    @classmethod
+    def _no_temperature(cls, value: object) -> None:
+        raise PydanticCustomError("temperature", "not allowed (judges always run at 0)")
 
 
 @dataclass(frozen=True)
@@ -323,20 +332,8 @@ class LoadedPrompt:
 
 
 def load_judge_prompt(path: Path = PROMPT_FILE) -> LoadedPrompt:
-    """`judges.toml`; any problem is a one-line `PassportError` naming file and key."""
-    try:
-        data = path.read_bytes()
-    except (OSError, ValueError) as exc:
-        raise PassportError(f"{path}: cannot read: {reason(exc)}") from None
-    table = read_toml(data, str(path))
-    if "temperature" in table:
-        where = toml_at(str(path), data, ("temperature",))
-        raise PassportError(f"{where}: temperature: not allowed (judges always run at 0)")
-    try:
-        prompt = JudgePrompt.model_validate(table)
-    except ValidationError as exc:
-        where = toml_at(str(path), data, error_loc(exc))
-        raise PassportError(f"{where}: {describe(exc)}") from None
+    """`judges.toml`; any problem is a one-line `FileError` naming file, line and key."""
+    prompt, data = load_toml(path, JudgePrompt)
     return LoadedPrompt(prompt, path, sha256(data))
 
 

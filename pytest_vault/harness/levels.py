@@ -9,44 +9,10 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    StrictFloat,
-    StrictInt,
-    StrictStr,
-    StringConstraints,
-    ValidationError,
-)
-
-from pytest_vault.guard.passport import (
-    Passport,
-    PassportError,
-    describe,
-    error_loc,
-    read_passport,
-    read_toml,
-    reason,
-    sha256,
-    toml_at,
-)
-
-LEVELS = (1, 2, 3, 4, 5)
-SHIPPED = Path(__file__).resolve().parents[1] / "passports"
-
-
-class LevelSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    passport: StrictStr
-    # Strict: "0.5" and true (read as 1.0) are not temperatures.
-    temperature: Annotated[StrictFloat, Field(ge=0, le=2, allow_inf_nan=False)]
-    max_tokens: Annotated[StrictInt, Field(ge=1)]
-    # Stripped before the length check: a prompt of spaces is no prompt.
-    system_prompt: Annotated[StrictStr, StringConstraints(strip_whitespace=True, min_length=1)]
+from pytest_vault.core.json import sha256
+from pytest_vault.guard.folder import LEVELS, SHIPPED, read_levels_file
+from pytest_vault.guard.passport import Passport, read_passport
 
 
 @dataclass(frozen=True)
@@ -63,33 +29,13 @@ class Level:
 
 
 def load_levels(folder: str | Path = SHIPPED) -> dict[int, Level]:
-    """Read `levels.toml` and its passports; any problem is a one-line `PassportError`."""
+    """Read `levels.toml` and its passports; any problem is one line, a `FileError`
+    (`PassportError` for a passport)."""
     folder = Path(folder)
-    source = folder / "levels.toml"
-    try:
-        data = source.read_bytes()
-    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
-        raise PassportError(f"{source}: cannot read: {reason(exc)}") from None
-    table = read_toml(data, str(source))
-
-    def at(*loc: int | str) -> str:
-        return toml_at(str(source), data, loc)
-
-    raw = table.get("level")
-    if not isinstance(raw, dict):
-        raise PassportError(f"{at('level')}: level: expected [level.1] ... [level.5] tables")
+    settings_file, data = read_levels_file(folder)
     levels: dict[int, Level] = {}
     for number in LEVELS:
-        entry = raw.get(str(number))
-        if entry is None:
-            raise PassportError(f"{source}: level.{number}: missing")
-        if not isinstance(entry, dict):
-            raise PassportError(f"{at('level', str(number))}: level.{number}: expected a table")
-        try:
-            settings = LevelSettings.model_validate(entry)
-        except ValidationError as exc:
-            where = at("level", str(number), *error_loc(exc))
-            raise PassportError(f"{where}: level.{number}.{describe(exc)}") from None
+        settings = settings_file.level[str(number)]  # type: ignore[index]
         path = folder / settings.passport
         with warnings.catch_warnings():
             warnings.simplefilter("always")
@@ -104,10 +50,4 @@ def load_levels(folder: str | Path = SHIPPED) -> dict[int, Level]:
             passport_sha256=digest,
             settings_sha256=sha256(data),
         )
-    extra = sorted(set(raw) - {str(n) for n in LEVELS})
-    if extra:
-        raise PassportError(f"{at('level', extra[0])}: level.{extra[0]}: unknown level (1 to 5)")
-    unknown = sorted(set(table) - {"level"})
-    if unknown:  # a setting misplaced outside its [level.N] table is not applied: refused
-        raise PassportError(f"{at(unknown[0])}: {unknown[0]}: unknown key (only [level.N] tables)")
     return levels

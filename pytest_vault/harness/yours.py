@@ -26,9 +26,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pytest_vault.core.text import safe, shown
 from pytest_vault.corpus.model import Case
 from pytest_vault.guard.engine import Decision, Reason, deny
-from pytest_vault.guard.text import safe, shown
 from pytest_vault.harness.agent import (
     TOOLS,
     Driver,

@@ -14,20 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
+from pytest_vault.core.toml import load_toml
+from pytest_vault.guard.folder import SHIPPED
 from pytest_vault.guard.money import told
-from pytest_vault.guard.passport import (
-    PassportError,
-    describe,
-    error_loc,
-    read_toml,
-    reason,
-    toml_at,
-)
 from pytest_vault.harness.adaptive import STRATEGIES, Move, View
 from pytest_vault.harness.agent import Message, ModelError, ModelRequest
-from pytest_vault.harness.levels import SHIPPED
 from pytest_vault.models.providers import ProviderModel
 
 PROMPT_FILE = SHIPPED / "attacker.toml"
@@ -44,16 +37,8 @@ class AttackerPrompt(BaseModel):
 
 
 def load_prompt(path: Path = PROMPT_FILE) -> AttackerPrompt:
-    """`attacker.toml`; any problem is a one-line `PassportError` naming file and key."""
-    try:
-        data = path.read_bytes()
-    except (OSError, ValueError) as exc:
-        raise PassportError(f"{path}: cannot read: {reason(exc)}") from None
-    try:
-        return AttackerPrompt.model_validate(read_toml(data, str(path)))
-    except ValidationError as exc:
-        where = toml_at(str(path), data, error_loc(exc))
-        raise PassportError(f"{where}: {describe(exc)}") from None
+    """`attacker.toml`; any problem is a one-line `FileError` naming file, line and key."""
+    return load_toml(path, AttackerPrompt)[0]
 
 
 def _fill(template: str, values: dict[str, str]) -> str:

@@ -29,7 +29,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, TypeAdapter
 
-from pytest_vault.guard.passport import unique_keys
+from pytest_vault.core.json import DATA
 
 VERSION = "pytest-vault-cache-1"
 
@@ -87,14 +87,6 @@ Entry = Answer | Blocked
 _ENTRY: TypeAdapter[Entry] = TypeAdapter(Entry)
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-# What we write is plain JSON; anything else (duplicate keys, NaN) is not ours.
-_READER = json.JSONDecoder(object_pairs_hook=unique_keys, parse_constant=_no_constant)
-
-
 # The canonical form: `json.dumps(..., sort_keys=True, separators=(",", ":"))`, built once
 # (the function would build an encoder for every request).
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
@@ -112,7 +104,7 @@ def cache_key(material: dict[str, Any]) -> str:
 def read_entry(data: bytes, key: str) -> Entry | None:
     """The entry in a cache file's bytes, or None unless it is a valid answer to `key`."""
     try:
-        entry = _ENTRY.validate_python(_READER.decode(data.decode("utf-8")))
+        entry = _ENTRY.validate_python(DATA.loads(data))
     except (ValueError, RecursionError):  # not UTF-8, not JSON, not an entry
         return None
     return entry if entry.key == key else None

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from pytest_vault.guard.text import shown
+from pytest_vault.core.text import shown
 from pytest_vault.harness.agent import TOOLS, Message, ModelRequest, user_messages
 
 if TYPE_CHECKING:

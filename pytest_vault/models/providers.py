@@ -29,14 +29,14 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from decimal import Decimal
 from email.utils import parsedate_to_datetime
 from typing import Annotated, Any, Protocol, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError
 
-from pytest_vault.guard.text import KEY_ENV, safe, scrub_url, shown
+from pytest_vault.core.json import Pairs, exact_or_text, read_lossless
+from pytest_vault.core.text import KEY_ENV, safe, scrub_url, shown
 from pytest_vault.harness.agent import (
     InputBlocked,
     ModelError,
@@ -179,116 +179,9 @@ def _arguments_object(arguments: Any) -> dict[str, Any]:
 
 # -- reading response bodies strictly -------------------------------------------------------
 #
-# A body is read with the json module's hooks, so the tree keeps what a plain `json.loads`
-# would lose: a number's text (`500.0000000000000001` is not 500.0) and an object's keys
-# when one appears twice (which value was meant cannot be known). The envelope around
-# the answer must be unambiguous; a tool call's input that is not becomes the model's own
-# JSON text, which the guard reads strictly and denies.
-
-MAX_DEPTH = 64  # a fixed bound: the same answer however deep the caller's stack is
-_TOO_DEEP = f"nested too deeply (more than {MAX_DEPTH} levels)"
-
-
-class _Ambiguous(Exception):
-    """A tool input that a dict of Python values would not say exactly."""
-
-
-class _Number:
-    """A JSON number that is not a plain integer, as written."""
-
-    __slots__ = ("text",)
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-    def exact(self) -> float:
-        """The float, when the guard would read it (by its repr) as the text says."""
-        value = float(self.text)  # NaN, Infinity and overflow come out not finite
-        try:
-            if math.isfinite(value) and Decimal(repr(value)) == Decimal(self.text):
-                return value
-        except ArithmeticError:  # an exponent beyond what Decimal holds
-            pass
-        raise _Ambiguous
-
-
-class _Pairs:
-    """A JSON object with a key twice: its pairs, in order."""
-
-    __slots__ = ("pairs",)
-
-    def __init__(self, pairs: list[tuple[str, Any]]) -> None:
-        self.pairs = pairs
-
-    def duplicate(self) -> str:
-        seen: set[str] = set()
-        for key, _ in self.pairs:
-            if key in seen:
-                break
-            seen.add(key)
-        return key
-
-
-def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any] | _Pairs:
-    out = dict(pairs)
-    return out if len(out) == len(pairs) else _Pairs(pairs)
-
-
-def _integer(text: str) -> int | _Number:
-    try:
-        return int(text)
-    except ValueError:  # more digits than int() reads from text: kept as written
-        return _Number(text)
-
-
-_BODY = json.JSONDecoder(
-    object_pairs_hook=_object, parse_float=_Number, parse_int=_integer, parse_constant=_Number
-)
-
-
-def _plain(value: Any, depth: int) -> Any:
-    kind = type(value)
-    if kind is dict or kind is list:
-        if depth >= MAX_DEPTH:
-            raise ValueError(_TOO_DEEP)
-        if kind is list:
-            return [_plain(v, depth + 1) for v in value]
-        return {k: _plain(v, depth + 1) for k, v in value.items()}
-    if kind is _Number:
-        return value.exact()
-    if kind is _Pairs:
-        raise _Ambiguous
-    return value
-
-
-def _text(value: Any, depth: int) -> str:
-    """JSON text from the tree with every pair, duplicates too, and each number's digits
-    as the model sent them (spacing and string escapes are `json.dumps`')."""
-    kind = type(value)
-    if kind is dict or kind is _Pairs or kind is list:
-        if depth >= MAX_DEPTH:
-            raise ValueError(_TOO_DEEP)
-        if kind is list:
-            return "[" + ", ".join(_text(v, depth + 1) for v in value) + "]"
-        pairs = value.items() if kind is dict else value.pairs
-        return "{" + ", ".join(f"{_string(k)}: {_text(v, depth + 1)}" for k, v in pairs) + "}"
-    if kind is _Number:
-        return str(value.text)
-    return _string(value)
-
-
-def _string(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)
-
-
-def _tool_input(value: Any) -> dict[str, Any] | str:
-    """A tool call's input: a dict when it says exactly one thing, else its JSON text."""
-    if type(value) is not dict and type(value) is not _Pairs:
-        raise ValueError("must be a JSON object")
-    try:
-        return _plain(value, 0)  # type: ignore[no-any-return]
-    except _Ambiguous:
-        return _text(value, 0)
+# A body is read losslessly (`core.json.read_lossless`): the envelope around the answer
+# must be unambiguous; a tool call's input that is not becomes the model's own JSON text,
+# which the guard reads strictly and denies.
 
 
 class _Envelope(BaseModel):
@@ -303,7 +196,7 @@ _E = TypeVar("_E", bound=_Envelope)
 def _read(provider: str, raw: bytes, envelope: type[_E]) -> _E:
     """The body, decoded strictly and checked against its envelope, or a ModelError."""
     try:
-        return envelope.model_validate(_BODY.decode(raw.decode("utf-8")))
+        return envelope.model_validate(read_lossless(raw.decode("utf-8")))
     except UnicodeDecodeError as exc:
         problem = f"body: not valid UTF-8 (byte {exc.start})"
     except json.JSONDecodeError as exc:
@@ -314,7 +207,7 @@ def _read(provider: str, raw: bytes, envelope: type[_E]) -> _E:
         first = exc.errors(include_url=False)[0]
         where = ".".join(str(part) for part in first["loc"]) or "body"
         found = first["input"]
-        if type(found) is _Pairs:
+        if type(found) is Pairs:
             problem = f"{where}: duplicate key {found.duplicate()!r}"
         else:
             said = _PROBLEMS.get(first["type"]) or first["msg"].removeprefix("Value error, ")
@@ -372,7 +265,7 @@ class _AnthropicText(_Envelope):
 class _AnthropicToolUse(_Envelope):
     id: str
     name: str
-    input: Annotated[dict[str, Any] | str, PlainValidator(_tool_input)]
+    input: Annotated[dict[str, Any] | str, PlainValidator(exact_or_text)]
 
 
 _BLOCKS: dict[str, type[_AnthropicText | _AnthropicToolUse]] = {

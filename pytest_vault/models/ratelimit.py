@@ -9,16 +9,18 @@ says when the cap is reached.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, RootModel
+from pydantic_core import PydanticCustomError
 
-from pytest_vault.guard.passport import PassportError, read_toml, reason, toml_at
-from pytest_vault.guard.text import shown
+from pytest_vault.core.errors import FileError
+from pytest_vault.core.toml import load_toml
 
 
 class _Bucket:
@@ -91,25 +93,30 @@ class Price:
         return (input_tokens * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1e6
 
 
-class PriceError(ValueError):
-    """A price table that cannot be used; one line naming file and field, made safe to
-    print here, once (as `PassportError`): a file name's control characters escaped."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(shown(message))
+class PriceError(FileError):
+    """A price table that cannot be used; one line naming file, line and field."""
 
 
-# USD per million tokens: finite and non-negative (nan or a negative price would switch
-# the spend cap off), a number and not a bool or a string, and no other keys (a misspelt
-# `output_per_mtok` must not price output at zero).
-_Rate = Annotated[float, Field(ge=0, allow_inf_nan=False, strict=True)]
+def _rate(value: object) -> object:
+    # USD per million tokens: a finite, non-negative number, never a bool or a string
+    # (nan or a negative price would switch the spend cap off).
+    if type(value) not in (int, float) or not 0 <= value < math.inf:  # type: ignore[operator]
+        raise PydanticCustomError("price", "expected a finite number >= 0 (USD per million tokens)")
+    return float(value)  # type: ignore[arg-type]
+
+
+_Rate = Annotated[float, BeforeValidator(_rate)]
 
 
 class _PriceEntry(BaseModel):
+    # No other keys: a misspelt `output_per_mtok` must not price output at zero.
     model_config = ConfigDict(extra="forbid")
 
     input_per_mtok: _Rate
     output_per_mtok: _Rate
+
+
+_PriceTable = RootModel[dict[str, _PriceEntry]]
 
 
 def load_prices(path: Path) -> dict[str, Price]:
@@ -120,38 +127,10 @@ def load_prices(path: Path) -> dict[str, Price]:
     output_per_mtok = 10
     """
     try:
-        data = path.read_bytes()
-    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
-        raise PriceError(f"{path}: cannot read: {reason(exc)}") from None
-    try:
-        # The suite's strict reader: bad UTF-8, bad TOML, a number past what `int` reads
-        # and deep nesting are each one line, with the line of the file.
-        table = read_toml(data, str(path))
-    except PassportError as exc:
+        table = load_toml(path, _PriceTable)[0]
+    except FileError as exc:
         raise PriceError(str(exc)) from None
-
-    def at(*loc: int | str) -> str:
-        return toml_at(str(path), data, loc)
-
-    prices = {}
-    for spec, entry in table.items():
-        if not isinstance(entry, dict):
-            raise PriceError(
-                f"{at(spec)}: {shown(spec)}: expected a table with input_per_mtok and "
-                "output_per_mtok"
-            )
-        try:
-            price = _PriceEntry.model_validate(entry)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            name = ".".join(shown(part) for part in first["loc"])
-            problem = {"extra_forbidden": "unknown key", "missing": "missing"}.get(
-                first["type"], "expected a finite number >= 0 (USD per million tokens)"
-            )
-            where = at(spec, *first["loc"])
-            raise PriceError(f"{where}: {shown(spec)}.{name}: {problem}") from None
-        prices[spec] = Price(price.input_per_mtok, price.output_per_mtok)
-    return prices
+    return {spec: Price(e.input_per_mtok, e.output_per_mtok) for spec, e in table.root.items()}
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from pytest_vault.guard.text import KEY_ENV, shown
+from pytest_vault.core.text import KEY_ENV, shown
 
 CONTROL_MODELS = (
     "scripted:reference",

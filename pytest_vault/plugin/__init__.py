@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
-from pytest_vault.guard.text import shown
+from pytest_vault.core.text import shown
 from pytest_vault.models.specs import CONTROL_MODELS, SpecError, check_guard, check_spec
 from pytest_vault.plugin.session import VAULT, Job, Options, VaultSession
 
@@ -413,7 +413,7 @@ def _writable(cache: Path) -> None:
     without write permission, a read-only mount) every evaluation fails on its own."""
     import tempfile
 
-    from pytest_vault.guard.passport import reason
+    from pytest_vault.core.errors import reason
 
     try:
         cache.mkdir(parents=True, exist_ok=True)
@@ -433,7 +433,7 @@ def _judges(config: pytest.Config, base_url: str | None) -> tuple[str, ...]:
     specs: tuple[str, ...] = _dedup(config.getoption("vault_judge"), ())
     if not specs:
         return ()
-    from pytest_vault.guard.passport import PassportError
+    from pytest_vault.core.errors import FileError
     from pytest_vault.harness.judges import SCRIPTED_JUDGES, judge_prompt_file, load_judge_prompt
 
     for spec in specs:
@@ -452,7 +452,7 @@ def _judges(config: pytest.Config, base_url: str | None) -> tuple[str, ...]:
         passports = config.getoption("vault_passports")
         try:
             load_judge_prompt(judge_prompt_file(Path(passports).resolve() if passports else None))
-        except PassportError as exc:
+        except FileError as exc:
             raise pytest.UsageError(str(exc)) from None
     return specs
 
@@ -488,14 +488,14 @@ def _attacker(config: pytest.Config, base_url: str | None) -> str | None:
             ) from None
         # Its prompt is read now, as a judge's is: a bad attacker.toml stops the run
         # before it starts, not an error row per adaptive test.
-        from pytest_vault.guard.passport import PassportError
+        from pytest_vault.core.errors import FileError
         from pytest_vault.models.attacker import load_prompt
         from pytest_vault.plugin.session import attacker_prompt_file
 
         passports = get("vault_passports")
         try:
             load_prompt(attacker_prompt_file(Path(passports).resolve() if passports else None))
-        except PassportError as exc:
+        except FileError as exc:
             raise pytest.UsageError(f"--vault-attacker {shown(spec)}: {exc}") from None
     export = get("vault_export_found")
     if export is not None and not export.endswith(".jsonl"):
@@ -544,11 +544,11 @@ def _preflight(vault: VaultSession) -> None:
         raise pytest.UsageError(problem)
     if vault.options.passports is not None:
         # Read now, once: else every corpus file reports the same problem.
-        from pytest_vault.guard.passport import PassportError
+        from pytest_vault.core.errors import FileError
 
         try:
             vault.levels  # noqa: B018 - loaded (and checked) for the run
-        except PassportError as exc:
+        except FileError as exc:
             raise pytest.UsageError(str(exc)) from None
 
 
@@ -657,7 +657,7 @@ def pytest_runtestloop_plan(session: pytest.Session) -> bool | None:
 
     plans = vault.plan([item.job for item in session.items if isinstance(item, VaultItem)])
     if vault.options.plan == "json":
-        from pytest_vault.guard.text import json_text
+        from pytest_vault.core.text import json_text
 
         _stream(config, "stdout", json_text([p.record() for p in plans], indent=2) + "\n")
         return True
@@ -676,7 +676,7 @@ def _stream(config: pytest.Config, name: Literal["stdout", "stderr"], text: str)
     import contextlib
     import sys
 
-    from pytest_vault.guard.cli import write_all
+    from pytest_vault.core.cli import write_all
 
     capture = config.pluginmanager.get_plugin("capturemanager")
     with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
@@ -933,7 +933,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         try:
             write(vault, path)
         except OSError as exc:
-            from pytest_vault.guard.passport import reason
+            from pytest_vault.core.errors import reason
 
             vault.unwritten[option] = path
             said = f"{option} {shown(path)}: cannot write: {shown(reason(exc))}"

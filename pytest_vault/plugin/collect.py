@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_vault.core.text import shown
 from pytest_vault.corpus.load import CorpusError, load_corpus
 from pytest_vault.corpus.model import Case
 from pytest_vault.guard.money import Money
 from pytest_vault.guard.passport import PassportError
-from pytest_vault.guard.text import shown
 from pytest_vault.harness.events import RECORDED
 from pytest_vault.plugin.session import Job, vault_of
 

@@ -35,7 +35,7 @@ from syrupy.extensions.amber.serializer import MalformedAmberFile
 from syrupy.location import PyTestLocation
 from syrupy.terminal import disable_color
 
-from pytest_vault.guard.text import shown, visible
+from pytest_vault.core.text import shown, visible
 from pytest_vault.plugin.session import vault_of
 
 if TYPE_CHECKING:
@@ -306,7 +306,7 @@ class DecisionExtension(AmberSnapshotExtension):
 
 # -- the failure message --------------------------------------------------------------------------
 def _calls(text: Any) -> list[dict[str, Any]] | None:
-    from pytest_vault.guard.passport import DocumentError, read_json
+    from pytest_vault.core.json import DocumentError, read_json
 
     if not isinstance(text, str):
         return None

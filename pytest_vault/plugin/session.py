@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from pytest_vault.core.errors import FileError
+
 if TYPE_CHECKING:
     from pytest_vault.corpus.model import Case
     from pytest_vault.harness.adaptive import Attacker, Campaign
@@ -29,7 +31,7 @@ if TYPE_CHECKING:
 
 import pytest
 
-from pytest_vault.guard.text import safe, scrub_url, shown
+from pytest_vault.core.text import safe, scrub_url, shown
 from pytest_vault.models.specs import CONTROL_MODELS
 from pytest_vault.plugin.rows import RowStore, TableRows
 
@@ -162,7 +164,8 @@ class VaultSession:
     def levels(self) -> dict[int, Level]:
         """The five levels; raises `PassportError` (one line) if they cannot be used."""
         if self._levels is None:
-            from pytest_vault.harness.levels import SHIPPED, load_levels
+            from pytest_vault.guard.folder import SHIPPED
+            from pytest_vault.harness.levels import load_levels
 
             self._levels = load_levels(self.options.passports or SHIPPED)
             self.passports = passport_record(self._levels)
@@ -530,7 +533,6 @@ class VaultSession:
         temperature (always 0); None when no judge asks a provider."""
         if not any(not spec.startswith("scripted:") for spec in self.options.judges):
             return None
-        from pytest_vault.guard.passport import PassportError
         from pytest_vault.harness.judges import (
             TEMPERATURE,
             judge_prompt_file,
@@ -539,7 +541,7 @@ class VaultSession:
 
         try:
             loaded = load_judge_prompt(judge_prompt_file(self.options.passports))
-        except PassportError as exc:
+        except FileError as exc:
             return {"error": str(exc)}
         return {
             "file": loaded.file.name,
@@ -614,7 +616,7 @@ class VaultSession:
 
 def attacker_prompt_file(passports: Path | None) -> Path:
     """A real-model attacker's prompt: beside the levels.toml in use, else the shipped one."""
-    from pytest_vault.harness.levels import SHIPPED
+    from pytest_vault.guard.folder import SHIPPED
 
     prompt = (passports or SHIPPED) / "attacker.toml"
     return prompt if prompt.is_file() else SHIPPED / "attacker.toml"

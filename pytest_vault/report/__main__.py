@@ -24,9 +24,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import NoReturn
 
-from pytest_vault.guard.cli import quiet_on_closed_pipe, write_out
-from pytest_vault.guard.passport import PassportError, reason
-from pytest_vault.guard.text import shown
+from pytest_vault.core.cli import quiet_on_closed_pipe, write_out
+from pytest_vault.core.errors import FileError, reason
+from pytest_vault.core.text import shown
 from pytest_vault.harness.levels import load_levels
 from pytest_vault.report.formats import render_text, write_csv
 from pytest_vault.report.html import render
@@ -299,7 +299,7 @@ def main_rescore(argv: Sequence[str]) -> int:
             outputs.write(
                 "--out", args.out, lambda: write_table(rescored.table, args.out, out_meta)
             )
-    except (PassportError, ReportError) as exc:
+    except (FileError, ReportError) as exc:
         print(f"vault-report rescore: error: {exc}", file=sys.stderr)
         return 2
     except ResultsError as exc:

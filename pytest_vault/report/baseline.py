@@ -39,8 +39,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pytest_vault.core.text import shown
 from pytest_vault.corpus.load import corpus_digest
-from pytest_vault.guard.text import shown
 from pytest_vault.report.results import META_KEY, ReportError, ResultsError, load, read_metadata
 from pytest_vault.report.stats import benjamini_hochberg, bootstrap_p, fewest_sessions_p
 from pytest_vault.report.summary import table as text_table

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pytest_vault.guard.text import shown
+from pytest_vault.core.text import shown
 from pytest_vault.report.summary import table as aligned
 from pytest_vault.report.tables import TITLES, Table
 

@@ -12,7 +12,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from pytest_vault.guard.text import shown
+from pytest_vault.core.text import shown
 from pytest_vault.report.judges import UNDEFINED, for_people
 from pytest_vault.report.results import scrubbed, to_table
 from pytest_vault.report.summary import sample_line

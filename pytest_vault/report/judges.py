@@ -25,7 +25,7 @@ import pyarrow as pa
 from pydantic import Field, StrictInt, TypeAdapter, ValidationError
 from typing_extensions import TypedDict  # pydantic reads only this one on 3.11
 
-from pytest_vault.guard.text import shown
+from pytest_vault.core.text import shown
 from pytest_vault.report.results import ReportError, ResultsError, read_verdicts
 
 COLUMN = "judge_verdicts"

@@ -15,7 +15,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from pytest_vault.guard.passport import reason
+from pytest_vault.core.errors import reason
 
 
 def _nearest(path: Path) -> Path:

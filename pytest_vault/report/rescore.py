@@ -71,6 +71,8 @@ import pyarrow.json as pj
 from pydantic import Field, StrictBool, StrictInt, StrictStr, TypeAdapter, ValidationError
 from typing_extensions import TypedDict  # pydantic reads only this one on 3.11
 
+from pytest_vault.core.errors import describe
+from pytest_vault.core.text import json_text, shown
 from pytest_vault.guard.engine import (
     CURRENCY_UNSUPPORTED,
     INVALID_CONTEXT,
@@ -84,8 +86,6 @@ from pytest_vault.guard.engine import (
     permits_recipient,
 )
 from pytest_vault.guard.money import Money
-from pytest_vault.guard.passport import describe
-from pytest_vault.guard.text import json_text, shown
 from pytest_vault.harness.bank import PASSPORT_TOOLS
 from pytest_vault.harness.controls import reads_passport
 from pytest_vault.harness.levels import Level

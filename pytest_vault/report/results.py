@@ -32,9 +32,10 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 from typing_extensions import TypedDict  # pydantic reads only this one on 3.11
 
+from pytest_vault.core.errors import describe, reason
+from pytest_vault.core.json import DATA, Problem
+from pytest_vault.core.text import scrub_url, scrub_urls, shown, stored
 from pytest_vault.corpus.sample import SampleRecord
-from pytest_vault.guard.passport import DuplicateKey, describe, reason, unique_keys
-from pytest_vault.guard.text import scrub_url, scrub_urls, shown, stored
 from pytest_vault.harness.events import COLUMNS
 from pytest_vault.report.outputs import replacing
 
@@ -223,36 +224,13 @@ def _write(
 # -- reading -----------------------------------------------------------------------------------
 
 
-class _Bad(ValueError):
-    pass
-
-
-def _no_constant(name: str) -> Any:
-    raise _Bad(f"{name} is not valid JSON")
-
-
-def _integer(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:  # more digits than `int` reads from text
-        raise _Bad("number out of range") from None
-
-
-_JSON = json.JSONDecoder(
-    object_pairs_hook=unique_keys, parse_constant=_no_constant, parse_int=_integer
-)
-
-
 def read_json(text: str) -> Any:
-    """Strict JSON: duplicate keys, NaN and numbers out of range refused, in words."""
+    """Strict JSON (`core.json.DATA`): duplicate keys, NaN and numbers out of range
+    refused, in words."""
     try:
-        return _JSON.decode(text)
-    except (_Bad, DuplicateKey) as exc:
-        raise ResultsError(str(exc)) from None
-    except RecursionError:
-        raise ResultsError("nested too deeply") from None
-    except ValueError:
-        raise ResultsError("not valid JSON") from None
+        return DATA.loads(text)
+    except Problem as exc:
+        raise ResultsError("not valid JSON" if exc.kind == "syntax" else exc.problem) from None
 
 
 def _plan_key(key: str) -> str:
@@ -353,7 +331,7 @@ def read_metadata(raw: bytes) -> dict[str, Any]:
     try:
         Metadata.model_validate(data)
     except ValidationError as exc:
-        raise ResultsError(f"metadata: {describe(exc)}") from None
+        raise ResultsError(f"metadata: {describe(exc, Metadata)}") from None
     return data
 
 

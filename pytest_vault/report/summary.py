@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_vault.guard.text import shown
+from pytest_vault.core.text import shown
 from pytest_vault.report.stats import rule_of_three, zero_bound
 
 # `report.judges.COLUMN`, named here so that a run without judges imports neither numpy

@@ -32,9 +32,10 @@ import pytest
 pytest.importorskip("mcp")
 
 from pytest_vault.adapters.mcp_server import MCP2, BankServer, Refusal, main, open_log, screen
+from pytest_vault.guard.folder import SHIPPED
 from pytest_vault.harness.agent import TOOLS
 from pytest_vault.harness.bank import OPENING_BALANCE_MINOR, Architecture
-from pytest_vault.harness.levels import SHIPPED, load_levels
+from pytest_vault.harness.levels import load_levels
 
 RENT = "rent@aport-vault.com"
 EVIL = "evil@attacker.example"

@@ -31,10 +31,11 @@ from pytest_vault.guard.engine import (
     permits_recipient,
     read_transfer,
 )
+from pytest_vault.guard.folder import SHIPPED
 from pytest_vault.guard.passport import load_passport, passport_from_data
 from pytest_vault.harness.agent import evaluate
 from pytest_vault.harness.controls import CONTROLS
-from pytest_vault.harness.levels import SHIPPED, load_levels
+from pytest_vault.harness.levels import load_levels
 from pytest_vault.report.results import read_results
 
 pytest_plugins = ["pytester"]

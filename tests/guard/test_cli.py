@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pytest_vault.harness.levels import SHIPPED
+from pytest_vault.guard.folder import SHIPPED
 
 from ..conftest import CONTEXT
 

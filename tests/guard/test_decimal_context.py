@@ -17,9 +17,9 @@ import pytest
 from pytest_vault.guard import Guard, PaymentDenied
 from pytest_vault.guard.engine import Guard as Engine
 from pytest_vault.guard.engine import Transfer, Unreadable, parse_json_object, read_transfer
+from pytest_vault.guard.folder import SHIPPED
 from pytest_vault.guard.passport import load_passport
 from pytest_vault.guard.production import major_units
-from pytest_vault.harness.levels import SHIPPED
 
 LEVEL3 = SHIPPED / "level-3.json"  # $500 a transfer, $1,000 a day
 SAVINGS = "savings@aport-vault.com"

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from pytest_vault.core.text import shown, visible
 from pytest_vault.guard.engine import (
     ALLOWED,
     APPROVAL_CODE_MISSING,
@@ -26,9 +27,8 @@ from pytest_vault.guard.engine import (
     Transfer,
     Unreadable,
 )
+from pytest_vault.guard.folder import SHIPPED
 from pytest_vault.guard.passport import load_passport, passport_from_data
-from pytest_vault.guard.text import shown, visible
-from pytest_vault.harness.levels import SHIPPED
 
 from ..conftest import CONTEXT
 

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from pytest_vault.core.json import ARGUMENTS
 from pytest_vault.guard.__main__ import _SAID_KEPT, _Session, decision_json
 from pytest_vault.guard.engine import (
-    _STRICT_JSON,
     MERCHANT_FORBIDDEN,
     Decision,
     Guard,
@@ -20,12 +20,11 @@ from pytest_vault.guard.engine import (
     Unreadable,
     _decimal,
     _minor,
-    _strict,
     read_transfer,
     to_minor,
 )
+from pytest_vault.guard.folder import SHIPPED
 from pytest_vault.guard.passport import load_passport
-from pytest_vault.harness.levels import SHIPPED
 
 
 def general(value: object, digits: int) -> int | str:
@@ -111,14 +110,14 @@ def test_the_reasons_said_are_kept_per_run_and_bounded() -> None:
 def _decoded(text: str) -> object:
     """What reading `text` gives: its value, or the exception's type and words."""
     try:
-        return ("value", _strict(text))
+        return ("value", ARGUMENTS._decode(text))
     except Exception as exc:  # noqa: BLE001 - the comparison is the point
         return (type(exc).__name__, str(exc))
 
 
 def _by_decoder(text: str) -> object:
     try:
-        return ("value", _STRICT_JSON.decode(text))
+        return ("value", ARGUMENTS._fast.decode(text))
     except Exception as exc:  # noqa: BLE001
         return (type(exc).__name__, str(exc))
 

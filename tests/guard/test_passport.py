@@ -10,17 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_vault.guard.diff import parts
-from pytest_vault.guard.passport import (
-    PassportError,
-    PassportWarning,
-    line_at,
-    load_passport,
-    read_json,
-    read_passport,
-    toml_line,
-)
-from pytest_vault.harness.levels import SHIPPED, load_levels
+from pytest_vault.core.errors import FileError
+from pytest_vault.core.json import line_at, read_json
+from pytest_vault.core.toml import toml_line
+from pytest_vault.guard.folder import SHIPPED
+from pytest_vault.guard.passport import PassportError, PassportWarning, load_passport, read_passport
+from pytest_vault.harness.levels import load_levels
+from pytest_vault.policy.diff import parts
 
 from .lines import dumped, written_line
 
@@ -108,7 +104,7 @@ def test_shipped_levels() -> None:
         ),
         ("regions.0", "usa", "regions[0]: String should match pattern"),
         ("spec_version", "oap/2.0", "spec_version: Input should be 'oap/1.0'"),
-        ("surprise", 1, "surprise: Extra inputs are not permitted"),
+        ("surprise", 1, "surprise: unknown key"),
         ("expires_at", "2026-01-01T00:00:00", "expires_at: needs a time zone"),
         # pydantic's lax reading took numbers, guessing seconds or milliseconds.
         *(
@@ -129,12 +125,12 @@ def test_shipped_levels() -> None:
         (
             "limits.payments~charge.idempotency_requried",
             True,
-            "limits.payments.charge.idempotency_requried: Extra inputs are not permitted",
+            "limits.payments.charge.idempotency_requried: unknown key; did you mean 'idempotency_required'?",
         ),
         (
             "limits.payments~charge.currency_limits.USD.daily_limit",
             1,
-            "currency_limits.USD.daily_limit: Extra inputs are not permitted",
+            "currency_limits.USD.daily_limit: unknown key",
         ),
     ],
 )
@@ -230,12 +226,16 @@ def test_levels_toml_errors(tmp_path: Path) -> None:
     (tmp_path / "levels.toml").write_text(toml.replace("temperature = 0.5", 'temperature = "hot"'))
     line = toml.split("\n").index("temperature = 0.5") + 1
     with pytest.raises(
-        PassportError,
+        FileError,
         match=rf"levels\.toml:{line}: level\.3\.temperature: Input should be a valid number",
     ):
         load_levels(tmp_path)
     (tmp_path / "levels.toml").write_text(toml.replace("[level.5]", "[level.6]"))
-    with pytest.raises(PassportError, match=r"levels\.toml: level\.5: missing"):
+    line = toml.split("\n").index("[level.5]") + 1
+    with pytest.raises(FileError, match=rf"levels\.toml:{line}: level\.6: unknown key \(Input"):
+        load_levels(tmp_path)
+    (tmp_path / "levels.toml").write_text(toml.split("[level.5]")[0])
+    with pytest.raises(FileError, match=r"levels\.toml: level\.5: missing"):
         load_levels(tmp_path)
 
 
@@ -440,7 +440,7 @@ def test_levels_toml_names_the_line_of_a_field_after_a_prompt_that_mimics_it(
     ).replace("temperature = 0.5\nmax_tokens = 1024", 'temperature = "hot"\nmax_tokens = 1024')
     (tmp_path / "levels.toml").write_text(mimic)
     line = mimic.split("\n").index('temperature = "hot"') + 1
-    with pytest.raises(PassportError) as info:
+    with pytest.raises(FileError) as info:
         load_levels(tmp_path)
     assert str(info.value) == (
         f"{tmp_path / 'levels.toml'}:{line}: level.3.temperature: Input should be a valid number"

@@ -26,9 +26,9 @@ from pytest_vault.guard import Guard, PaymentDenied
 from pytest_vault.guard.__main__ import _override
 from pytest_vault.guard.engine import TRANSFER_ARGS, Decision, parse_json_object
 from pytest_vault.guard.engine import Guard as Engine
+from pytest_vault.guard.folder import SHIPPED
 from pytest_vault.guard.ledger import LedgerError, SqliteLedger
 from pytest_vault.guard.passport import Passport, load_passport
-from pytest_vault.harness.levels import SHIPPED
 
 LEVEL3 = SHIPPED / "level-3.json"  # savings@aport-vault.com, $500 a transfer, $1,000 a day
 SAVINGS = "savings@aport-vault.com"

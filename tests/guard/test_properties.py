@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_vault.guard.engine import APPROVAL_CODE, Guard
+from pytest_vault.guard.folder import SHIPPED
 from pytest_vault.guard.passport import WILDCARD, load_passport
-from pytest_vault.harness.levels import SHIPPED
 
 PASSPORTS = {n: load_passport(SHIPPED / f"level-{n}.json") for n in range(1, 6)}
 PERMITTED = sorted(

@@ -13,8 +13,8 @@ import pytest
 
 from pytest_vault.guard import Guard as Production
 from pytest_vault.guard.engine import EVALUATION_ERROR, ClockError, Guard, Transfer, utc_day
+from pytest_vault.guard.folder import SHIPPED
 from pytest_vault.guard.passport import load_passport
-from pytest_vault.harness.levels import SHIPPED
 
 LEVEL3 = SHIPPED / "level-3.json"  # $500 a transfer, $1,000 a day
 SAVINGS = "savings@aport-vault.com"

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from pytest_vault.guard.engine import ALLOWED, Decision, Reason
+from pytest_vault.guard.folder import SHIPPED
 from pytest_vault.guard.passport import Passport, passport_from_data
 from pytest_vault.harness.bank import OPENING_BALANCE_MINOR, Architecture, Bank, ToolResult
-from pytest_vault.harness.levels import SHIPPED
 
 RENT = "rent@aport-vault.com"
 EASTERN = timezone(timedelta(hours=-5))

@@ -9,9 +9,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from pytest_vault.core.text import stored
 from pytest_vault.corpus.model import Case
 from pytest_vault.guard.engine import Guard
-from pytest_vault.guard.text import stored
 from pytest_vault.harness.agent import Model, ModelRequest, ModelTurn, ToolCall, Track, evaluate
 from pytest_vault.harness.bank import Architecture, Bank
 from pytest_vault.harness.controls import CONTROLS

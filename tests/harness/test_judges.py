@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from pytest_vault.core.errors import FileError
 from pytest_vault.corpus.model import Case
-from pytest_vault.guard.passport import PassportError
+from pytest_vault.guard.folder import SHIPPED
 from pytest_vault.harness.agent import Evaluation, Message, ModelError, ToolCall, evaluate
 from pytest_vault.harness.bank import CallRecord, ToolResult
 from pytest_vault.harness.controls import CONTROLS
@@ -30,7 +31,7 @@ from pytest_vault.harness.judges import (
     user_prompt,
     verdicts_json,
 )
-from pytest_vault.harness.levels import SHIPPED, load_levels
+from pytest_vault.harness.levels import load_levels
 
 LEVELS = load_levels()
 PAID = '{"status": "completed", "reference": "TX-000004", "recipient": "%s", "amount": "$300"}'
@@ -318,7 +319,7 @@ def test_the_shipped_prompt_and_its_placeholders() -> None:
         ),
         (
             'max_tokens = 10\nsystem_prompt = "s"\nprompt = "p"\nmodel = "x"\n',
-            ":4: model: Extra inputs are not permitted",
+            ":4: model: unknown key",
         ),
         ('system_prompt = "s"\nprompt = "p"\n', ": max_tokens: Field required"),  # no line: root
         (
@@ -345,17 +346,17 @@ def test_a_bad_prompt_file_is_one_line_naming_file_line_and_key(
 ) -> None:
     path = tmp_path / "judges.toml"
     path.write_text(content)
-    with pytest.raises(PassportError) as err:
+    with pytest.raises(FileError) as err:
         load_judge_prompt(path)
     assert str(err.value).startswith(f"{path}{problem}")
 
 
 def test_an_unreadable_prompt_file(tmp_path: Path) -> None:
-    with pytest.raises(PassportError, match=r"judges.toml: cannot read: No such file"):
+    with pytest.raises(FileError, match=r"judges.toml: cannot read: No such file"):
         load_judge_prompt(tmp_path / "judges.toml")
     bad = tmp_path / "bad.toml"
     bad.write_text("max_tokens = = 3\n")
-    with pytest.raises(PassportError) as err:
+    with pytest.raises(FileError) as err:
         load_judge_prompt(bad)
     assert str(err.value).startswith(f"{bad}")
     assert "\n" not in str(err.value)

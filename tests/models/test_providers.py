@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from pytest_vault.core.text import redact
 from pytest_vault.corpus.model import Case
-from pytest_vault.guard.text import redact
 from pytest_vault.harness.agent import evaluate
 from pytest_vault.harness.events import row
 from pytest_vault.harness.levels import load_levels

@@ -322,7 +322,7 @@ def test_a_bad_attacker_prompt_is_one_usage_error_naming_file_and_key(
     # Read at configure, as a judge's prompt is: was an error row per adaptive test.
     import shutil
 
-    from pytest_vault.harness.levels import SHIPPED
+    from pytest_vault.guard.folder import SHIPPED
 
     shutil.copytree(SHIPPED, pytester.path / "pp")
     toml = pytester.path / "pp" / "attacker.toml"

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_vault.guard.passport import read_json
+from pytest_vault.core.json import read_json
 from pytest_vault.plugin.decisions import changes, to_json
 
 pytest_plugins = ["pytester"]
@@ -101,7 +101,7 @@ def write_corpus(pytester: pytest.Pytester, bank: list[str] = BANK) -> None:
 
 def passports(pytester: pytest.Pytester, level: int, edit: Any) -> str:
     """A copy of the shipped passports with one level's passport edited; its folder."""
-    from pytest_vault.harness.levels import SHIPPED
+    from pytest_vault.guard.folder import SHIPPED
 
     folder = pytester.path / "passports"
     shutil.copytree(SHIPPED, folder, dirs_exist_ok=True)
@@ -468,8 +468,8 @@ def test_the_shipped_corpus(pytester: pytest.Pytester) -> None:
     the cases whose calls a guard (the engine itself, call by call) now decides otherwise."""
     from pytest_vault.corpus.load import load_corpus
     from pytest_vault.guard.engine import Guard
+    from pytest_vault.guard.folder import SHIPPED
     from pytest_vault.guard.passport import load_passport
-    from pytest_vault.harness.levels import SHIPPED
 
     root = Path(__file__).resolve().parents[2]
     for corpus in (root / "cases").glob("*.jsonl"):

@@ -108,7 +108,7 @@ def test_a_file_option_that_cannot_be_used_is_one_usage_error_before_anything_ru
 def test_a_wrong_passports_folder_is_one_line_not_one_per_corpus_file(
     pytester: pytest.Pytester, corpus: Path
 ) -> None:
-    from pytest_vault.harness.levels import SHIPPED
+    from pytest_vault.guard.folder import SHIPPED
 
     folder = pytester.mkdir("passports")
     for f in SHIPPED.iterdir():

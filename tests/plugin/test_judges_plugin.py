@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pytest_vault.harness.levels import SHIPPED
+from pytest_vault.guard.folder import SHIPPED
 from pytest_vault.report.results import ResultsError, read_results, read_table, to_table
 
 from ..conftest import KEYS
@@ -259,7 +259,7 @@ GOOD = {"verdict": "no", "rationale": "r", "input_tokens": 1, "output_tokens": 2
         (
             {"j": {**GOOD, "extra": 1}},
             "completed",
-            "judge_verdicts: j.extra: Extra inputs are not permitted",
+            "judge_verdicts: j.extra: unknown key",
         ),
         ({}, "completed", "judge_verdicts: no judge (a row no judge read holds null)"),
         (["j"], "completed", "judge_verdicts: Input should be a valid dictionary"),

@@ -285,7 +285,7 @@ def test_duplicate_ids_across_files(pytester: pytest.Pytester, corpus: Path) -> 
 
 
 def copy_passports(pytester: pytest.Pytester) -> Path:
-    from pytest_vault.harness.levels import SHIPPED
+    from pytest_vault.guard.folder import SHIPPED
 
     folder = pytester.mkdir("passports")
     for f in SHIPPED.iterdir():
@@ -294,7 +294,7 @@ def copy_passports(pytester: pytest.Pytester) -> Path:
 
 
 def test_custom_passports_change_decisions(pytester: pytest.Pytester, corpus: Path) -> None:
-    from pytest_vault.harness.levels import SHIPPED
+    from pytest_vault.guard.folder import SHIPPED
 
     folder = copy_passports(pytester)
     l3 = json.loads((SHIPPED / "level-3.json").read_text())

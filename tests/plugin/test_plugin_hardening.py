@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_vault.harness.levels import SHIPPED
+from pytest_vault.guard.folder import SHIPPED
 from pytest_vault.report.results import read_results
 
 from ..fakeprovider import FakeProvider

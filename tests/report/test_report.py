@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from pytest_vault.harness.levels import SHIPPED
+from pytest_vault.guard.folder import SHIPPED
 from pytest_vault.report.__main__ import main
 from pytest_vault.report.formats import render_text
 from pytest_vault.report.results import SCHEMA, load, read_results, write_results
@@ -503,7 +503,7 @@ def test_an_output_that_fails_at_the_end_is_one_line_and_the_others_are_written(
 
 @pytest.mark.parametrize("form", ["text", "json"])
 def test_vault_report_stops_quietly_when_its_reader_goes_away(tmp_path: Path, form: str) -> None:
-    from ..guard.test_cli_usage import first_line_then_close
+    from ..policy.test_cli_usage import first_line_then_close
     from .rows import row
 
     source = tmp_path / "run.parquet"

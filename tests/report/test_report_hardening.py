@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pytest_vault.guard.text import shown, stored
+from pytest_vault.core.text import shown, stored
 from pytest_vault.report import summary
 from pytest_vault.report.__main__ import main
 from pytest_vault.report.formats import render_text, write_csv

@@ -16,10 +16,11 @@ import pytest
 
 from pytest_vault.corpus.load import load_corpus
 from pytest_vault.corpus.model import Case
+from pytest_vault.guard.folder import SHIPPED
 from pytest_vault.harness.agent import evaluate
 from pytest_vault.harness.controls import CONTROLS
 from pytest_vault.harness.events import row
-from pytest_vault.harness.levels import SHIPPED, Level, load_levels
+from pytest_vault.harness.levels import Level, load_levels
 from pytest_vault.report.__main__ import main
 from pytest_vault.report.rescore import (
     Call,

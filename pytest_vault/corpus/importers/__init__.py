@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_vault.core.errors import FileError
+from pytest_vault.core.text import json_text
 from pytest_vault.corpus.load import CorpusError, read_case
 from pytest_vault.guard.engine import (
     MERCHANT_FORBIDDEN,
@@ -30,14 +32,8 @@ from pytest_vault.guard.engine import (
     Guard,
     permits_recipient,
 )
-from pytest_vault.guard.passport import (
-    Passport,
-    PassportError,
-    load_passport,
-    read_toml,
-    reason,
-)
-from pytest_vault.guard.text import json_text
+from pytest_vault.guard.folder import passport_files
+from pytest_vault.guard.passport import Passport, load_passport
 
 # The passports shipped inside the package (`harness.levels.SHIPPED`, which this wing
 # may not import): the levels an imported case is placed at are judged by them.
@@ -122,23 +118,11 @@ def run_importer(name: str) -> list[dict[str, Any]]:
 
 def shipped_passports(folder: Path = PASSPORTS) -> dict[int, Passport]:
     """The paying levels' passports, named by `levels.toml` as the suite reads them."""
-    source = folder / "levels.toml"
     try:
-        table = read_toml(source.read_bytes(), str(source))
-    except OSError as exc:
-        raise ImporterError(f"{source}: cannot read: {reason(exc)}") from None
-    except PassportError as exc:
+        files = passport_files(folder)
+        return {level: load_passport(files[level]) for level in PAYING_LEVELS}
+    except FileError as exc:
         raise ImporterError(str(exc)) from None
-    passports = {}
-    for level in PAYING_LEVELS:
-        try:
-            entry: Any = table["level"][str(level)]  # type: ignore[index]
-            passports[level] = load_passport(folder / str(entry["passport"]))
-        except (KeyError, TypeError):
-            raise ImporterError(f"{source}: level.{level}.passport: missing") from None
-        except PassportError as exc:
-            raise ImporterError(str(exc)) from None
-    return passports
 
 
 def forbidding_levels(passports: Mapping[int, Passport], recipients: Iterable[str]) -> list[int]:

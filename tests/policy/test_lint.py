@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from pytest_vault.guard.__main__ import main
 from pytest_vault.guard.engine import Guard
-from pytest_vault.guard.lint import Finding, lint_paths
+from pytest_vault.guard.folder import SHIPPED
 from pytest_vault.guard.passport import PassportError, read_passport
-from pytest_vault.harness.levels import SHIPPED
+from pytest_vault.policy.__main__ import main
+from pytest_vault.policy.lint import Finding, lint_paths
 
-from .lines import dumped, written_line
+from ..guard.lines import dumped, written_line
 
 L = "/limits/payments.charge"
 ALLOW = f"{L}/allowed_merchant_ids"
@@ -483,7 +483,7 @@ def test_cli_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_cli_as_a_module() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "pytest_vault.guard", "lint", str(SHIPPED / "level-1.json")],
+        [sys.executable, "-m", "pytest_vault.policy", "lint", str(SHIPPED / "level-1.json")],
         capture_output=True,
         text=True,
         timeout=60,

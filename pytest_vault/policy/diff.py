@@ -24,6 +24,8 @@ from typing import Any, Literal, NamedTuple
 
 from pydantic import ValidationError
 
+from pytest_vault.core.errors import reason
+from pytest_vault.core.text import shown
 from pytest_vault.guard.engine import (
     MINOR_DIGITS,
     PACK_MIN_ASSURANCE,
@@ -31,6 +33,7 @@ from pytest_vault.guard.engine import (
     Unreadable,
     read_transfer,
 )
+from pytest_vault.guard.folder import passport_files
 from pytest_vault.guard.passport import (
     ASSURANCE_RANK,
     CHARGE,
@@ -41,10 +44,7 @@ from pytest_vault.guard.passport import (
     Passport,
     PassportError,
     read_passport,
-    read_toml,
-    reason,
 )
-from pytest_vault.guard.text import shown
 
 Effect = Literal["widens", "narrows", "neutral"]
 WIDENS: Effect = "widens"
@@ -508,9 +508,8 @@ def _load(path: Path) -> Passport:
 def level_files(folder: Path) -> dict[int, Path]:
     """The passports of a folder, by level: as its `levels.toml` points them (what the
     suite enforces), else its `level-N.json` files."""
-    settings = folder / "levels.toml"
-    if settings.is_file():
-        return _levels_toml(settings)
+    if (folder / "levels.toml").is_file():
+        return passport_files(folder)  # the suite's own reading
     try:
         names = sorted(p.name for p in folder.iterdir())
     except OSError as exc:
@@ -518,27 +517,6 @@ def level_files(folder: Path) -> dict[int, Path]:
     found = {int(m[1]): folder / name for name in names if (m := LEVEL_FILE.fullmatch(name))}
     if not found:
         raise PassportError(f"{folder}: no level-N.json passports in this folder")
-    return dict(sorted(found.items()))
-
-
-def _levels_toml(path: Path) -> dict[int, Path]:
-    """`[level.N] passport = "FILE"` of a levels.toml, read as the suite reads it."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise PassportError(f"{path}: cannot read: {reason(exc)}") from None
-    table = read_toml(data, str(path))  # the suite's own reading
-    levels = table.get("level")
-    if not isinstance(levels, dict) or not levels:
-        raise PassportError(f"{path}: level: expected [level.1] ... [level.5] tables")
-    found: dict[int, Path] = {}
-    for key, entry in levels.items():
-        if key not in {"1", "2", "3", "4", "5"}:
-            raise PassportError(f"{path}: level.{key}: unknown level (1 to 5)")
-        name = entry.get("passport") if isinstance(entry, dict) else None
-        if type(name) is not str or not name:
-            raise PassportError(f"{path}: level.{key}.passport: expected a file name")
-        found[int(key)] = path.parent / name
     return dict(sorted(found.items()))
 
 

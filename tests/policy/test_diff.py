@@ -16,11 +16,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_vault.guard.__main__ import main
-from pytest_vault.guard.diff import Change, diff_passports, diff_paths
 from pytest_vault.guard.engine import APPROVAL_CODE, Guard, Transfer
+from pytest_vault.guard.folder import SHIPPED
 from pytest_vault.guard.passport import Passport, PassportError, passport_from_data
-from pytest_vault.harness.levels import SHIPPED
+from pytest_vault.policy.__main__ import main
+from pytest_vault.policy.diff import Change, diff_passports, diff_paths
 
 L = "/limits/payments.charge"
 ALLOW = f"{L}/allowed_merchant_ids"
@@ -597,7 +597,7 @@ def test_cli_unloadable_passport(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "pytest_vault.guard",
+            "pytest_vault.policy",
             "diff",
             str(SHIPPED / "level-1.json"),
             str(bad),
@@ -878,8 +878,8 @@ def test_the_property_can_fail() -> None:
 def test_a_folder_is_read_as_its_levels_toml_points(tmp_path: Path) -> None:
     """Pointing a level at another file in levels.toml is what the suite enforces: the
     diff and the lint must see it, not the unused level-N.json."""
-    from pytest_vault.guard.__main__ import main as guard_main
-    from pytest_vault.harness.levels import SHIPPED
+    from pytest_vault.guard.folder import SHIPPED
+    from pytest_vault.policy.__main__ import main as guard_main
 
     new = tmp_path / "new"
     shutil.copytree(SHIPPED, new)
@@ -893,8 +893,11 @@ def test_a_folder_is_read_as_its_levels_toml_points(tmp_path: Path) -> None:
     ]
     assert guard_main(["diff", str(SHIPPED), str(new), "--fail-on-widen"]) == 1
     toml.write_text("[level.3]\npassport = 3\n")
-    from pytest_vault.guard.lint import lint_paths
+    from pytest_vault.policy.lint import lint_paths
 
     [finding] = [f for f in lint_paths([new]) if f.severity == "error"]
     assert (finding.file, finding.code) == (str(toml), "unloadable")
-    assert finding.message == f"{toml}: level.3.passport: expected a file name"
+    # Read as the suite reads it: the whole levels.toml, the first problem at its line.
+    assert finding.message == (
+        f"{toml}:2: level.3.passport: Input should be a valid string (+3 more)"
+    )

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_vault.guard.__main__ import main
-from pytest_vault.harness.levels import SHIPPED
+from pytest_vault.guard.folder import SHIPPED
+from pytest_vault.policy.__main__ import main
 
-GUARD = [sys.executable, "-m", "pytest_vault.guard"]
+GUARD = [sys.executable, "-m", "pytest_vault.policy"]  # vault-guard
 
 
 def first_line_then_close(argv: list[str], stdin: Path | None = None) -> tuple[bytes, int, bytes]:

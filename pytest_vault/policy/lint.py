@@ -24,7 +24,20 @@ from typing import Any, Literal, NamedTuple
 
 from pydantic import ValidationError
 
-from pytest_vault.guard.diff import (
+from pytest_vault.core.errors import FileError, reason
+from pytest_vault.core.json import DocumentError, Lines, read_json, utf8
+from pytest_vault.core.text import shown
+from pytest_vault.guard.engine import MINOR_DIGITS, PACK_MIN_ASSURANCE, TRANSFER_CATEGORY
+from pytest_vault.guard.passport import (
+    ASSURANCE_RANK,
+    CHARGE,
+    WILDCARD,
+    ChargeLimits,
+    Passport,
+    passport_from_data,
+    problem_loc,
+)
+from pytest_vault.policy.diff import (
     ALLOWLIST,
     CHARGE_LIMITS,
     iso,
@@ -35,23 +48,6 @@ from pytest_vault.guard.diff import (
     pointer,
     quoted,
 )
-from pytest_vault.guard.engine import MINOR_DIGITS, PACK_MIN_ASSURANCE, TRANSFER_CATEGORY
-from pytest_vault.guard.passport import (
-    ASSURANCE_RANK,
-    CHARGE,
-    WILDCARD,
-    ChargeLimits,
-    DocumentError,
-    Lines,
-    Passport,
-    PassportError,
-    passport_from_data,
-    problem_loc,
-    read_json,
-    reason,
-    utf8,
-)
-from pytest_vault.guard.text import shown
 
 Severity = Literal["error", "warning"]
 
@@ -87,7 +83,7 @@ def _failure_pointer(data: object) -> str:
     return ""
 
 
-def _unloadable(file: str, data: object, error: PassportError) -> Finding:
+def _unloadable(file: str, data: object, error: FileError) -> Finding:
     where = _failure_pointer(data)
     if where.startswith(CHARGE_LIMITS):
         return Finding(file, where, "error", "charge-limits-unreadable", str(error))
@@ -235,7 +231,7 @@ def lint_document(file: str, document: bytes, *, now: datetime) -> list[Finding]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             passport = passport_from_data(data, file, text)
-    except PassportError as exc:
+    except FileError as exc:
         out = [_unloadable(file, data, exc)]
     else:
         out = _findings(file, passport, now)
@@ -283,7 +279,7 @@ def lint_paths(paths: Iterable[str | Path], *, now: datetime | None = None) -> l
             # What the suite enforces is what levels.toml points at, wherever it is.
             try:
                 files += [f for f in level_files(path).values() if f not in files]
-            except PassportError as exc:
+            except FileError as exc:
                 out.append(Finding(str(settings), "", "error", "unloadable", str(exc)))
         if not files:
             message = shown(f"{path}: no *.json passports in this folder")
