@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, RootModel
+from pydantic import BaseModel, BeforeValidator, ConfigDict
 from pydantic_core import PydanticCustomError
 
 from pytest_vault.core.errors import FileError
@@ -116,7 +116,12 @@ class _PriceEntry(BaseModel):
     output_per_mtok: _Rate
 
 
-_PriceTable = RootModel[dict[str, _PriceEntry]]
+class _PriceTable(BaseModel):
+    # Any key is a model spec: typed extras, not a RootModel[...], whose generic
+    # class pydantic builds on first use and ties to a module import (fragile when
+    # a test's in-process pytest run forgets modules it imported).
+    model_config = ConfigDict(extra="allow")
+    __pydantic_extra__: dict[str, _PriceEntry]
 
 
 def load_prices(path: Path) -> dict[str, Price]:
@@ -130,7 +135,7 @@ def load_prices(path: Path) -> dict[str, Price]:
         table = load_toml(path, _PriceTable)[0]
     except FileError as exc:
         raise PriceError(str(exc)) from None
-    return {spec: Price(e.input_per_mtok, e.output_per_mtok) for spec, e in table.root.items()}
+    return {spec: Price(e.input_per_mtok, e.output_per_mtok) for spec, e in (table.__pydantic_extra__ or {}).items()}
 
 
 @dataclass

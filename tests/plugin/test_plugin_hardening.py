@@ -97,7 +97,7 @@ def test_every_number_option_must_be_finite_and_in_range(
             "input_per_mtok: expected a finite number",
             2,
         ),
-        ("input_per_mtok = 1", "output_per_mtok: missing", 1),  # the table that lacks it
+        ("input_per_mtok = 1", "output_per_mtok: Field required", 1),  # the table that lacks it
         (
             "input_per_mtok = 1\noutput_per_mtok = 1\noutptu_per_mtok = 9",
             "outptu_per_mtok: unknown",
@@ -161,7 +161,7 @@ def test_a_cache_folder_that_cannot_be_written_is_one_usage_error(
         # More digits than `int` reads from text: was a traceback.
         ("a = " + "9" * 5000, ": invalid TOML: number out of range"),
         (b"\n# caf\xe9\n", ":2: not valid UTF-8: byte 0xe9 at column 6"),
-        ('\n"openai:gpt-fake" = 3', ":2: openai:gpt-fake: expected a table with input_per_mtok"),
+        ('\n"openai:gpt-fake" = 3', ":2: openai:gpt-fake: Input should be a valid dictionary"),
     ],
     ids=["syntax", "deep", "digits", "utf8", "not-a-table"],
 )

@@ -359,7 +359,7 @@ def test_results_files_of_different_samples_are_not_merged(tmp_path: Path) -> No
         ({**RECORD, "of": -1}, "metadata: sample.of: Input should be greater than or equal to 0"),
         (
             "7 of 30",
-            "metadata: sample: Input should be a valid dictionary or instance of SampleRecord",
+            "metadata: sample: Input should be a valid dictionary",
         ),
         ({k: v for k, v in RECORD.items() if k != "seed"}, "metadata: sample.seed: Field required"),
     ],
