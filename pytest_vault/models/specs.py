@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Literal
 
 from pytest_vault.core.text import KEY_ENV, shown
 
@@ -23,6 +24,19 @@ AGENT = "agent:"
 
 class SpecError(ValueError):
     """A `--vault-model` spec that cannot run; the message is one line."""
+
+
+Role = Literal["model", "judge", "attacker"]
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A spec as claimed at configure time: what is decided before anything is made."""
+
+    text: str
+    role: Role
+    # Sends requests that cost: priced, cached, counted against --vault-budget-usd.
+    provider: bool
 
 
 def valid_target(target: str) -> bool:

@@ -26,6 +26,14 @@ WORKER_OUTPUT = "pytest_vault"
 DEFAULT_CACHE = ".vault-cache"
 
 
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from pytest_vault.plugin import hookspecs
+    from pytest_vault.plugin.specs import Builtin
+
+    pluginmanager.add_hookspecs(hookspecs)
+    pluginmanager.register(Builtin(), "vault-specs")
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("vault", "pytest-vault: payment-agent attack suite")
     add = group.addoption
