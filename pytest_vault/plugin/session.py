@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from pytest_vault.models.plan import ModelPlan
     from pytest_vault.models.providers import ProviderModel, Stats
     from pytest_vault.models.ratelimit import RateLimiter, Spend
+    from pytest_vault.models.specs import Spec
     from pytest_vault.plugin.runner import Runner
 
 import pytest
@@ -88,6 +90,9 @@ class Options:
     # `--vault-judge`: judges that read each completed evaluation's transcript, an audit
     # recorded beside the events, never deciding a test.
     judges: tuple[str, ...] = ()
+    # What the plugins that claimed them said each spec is (models, judges, attacker),
+    # by its text: `plugin.specs.claim`, at configure time.
+    specs: Mapping[str, Spec] = field(default_factory=dict)
 
     def share_of(self, workers: int) -> Options:
         """This worker's part of the run-wide limits."""
