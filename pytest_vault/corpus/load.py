@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from pytest_vault.core.errors import describe, reason
+from pytest_vault.core.errors import VaultError, describe, reason
 from pytest_vault.core.json import DocumentError, read_json
 from pytest_vault.core.text import shown
 from pytest_vault.corpus.model import Case
@@ -17,12 +17,10 @@ from pytest_vault.corpus.model import Case
 SHOWN_PROBLEMS = 50
 
 
-class CorpusError(ValueError):
+class CorpusError(VaultError):
     """Corpus lines that cannot be used: one problem per bad line, each naming file,
-    line and field; the message is the problems, one per line.
-
-    Each problem is made safe here, once: what it quotes from the corpus (a key, an id,
-    a file name) reaches a terminal with its control characters escaped.
+    line and field; the message is the problems, one per line (each made safe, as
+    every VaultError's message is, and kept so in `problems`).
     """
 
     def __init__(self, *problems: str) -> None:

@@ -22,6 +22,7 @@ from decimal import (
 from time import time as _now
 from typing import Any, NamedTuple, NoReturn
 
+from pytest_vault.core.errors import VaultError
 from pytest_vault.core.json import ARGUMENTS, EXACT, Problem
 from pytest_vault.core.text import BLANK, shown, visible
 
@@ -525,7 +526,7 @@ class Ledger:
 _DAY = 86_400  # seconds: Unix time has no leap seconds, so whole days are UTC days
 
 
-class ClockError(ValueError):
+class ClockError(VaultError):
     """A clock reading that names no instant: a naive datetime, or not a datetime at all."""
 
 

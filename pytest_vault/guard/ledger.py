@@ -25,7 +25,7 @@ from contextlib import AbstractContextManager, contextmanager
 from datetime import date
 from typing import Protocol
 
-from pytest_vault.core.errors import reason
+from pytest_vault.core.errors import VaultError, reason
 from pytest_vault.core.text import shown
 from pytest_vault.guard.engine import Ledger
 
@@ -40,7 +40,7 @@ _CREATE = (
 )
 
 
-class LedgerError(Exception):
+class LedgerError(VaultError):
     """The ledger cannot be used: a path that names no durable file, when the guard is
     made; a file that cannot be read or written, at a check, which is then denied."""
 
@@ -85,7 +85,7 @@ def durable_path(path: object) -> str:
     there."""
     name = os.fspath(path) if isinstance(path, str | os.PathLike) else path
     if type(name) is not str:
-        raise LedgerError(f"ledger {shown(repr(path))}: not a file path")
+        raise LedgerError(f"ledger {path!r}: not a file path")
     said = f"ledger {shown(repr(name))}"
     if name in ("", ":memory:"):
         raise LedgerError(f"{said}: SQLite makes it a private database, lost at close")
@@ -96,10 +96,10 @@ def durable_path(path: object) -> str:
     except FileNotFoundError:
         folder = os.path.dirname(name) or "."
         if not os.path.isdir(folder):
-            raise LedgerError(f"{said}: the folder {shown(repr(folder))} does not exist") from None
+            raise LedgerError(f"{said}: the folder {folder!r} does not exist") from None
         return name
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
-        raise LedgerError(f"{said}: {shown(reason(exc))}") from None
+        raise LedgerError(f"{said}: {reason(exc)}") from None
     if stat.S_ISDIR(mode):
         raise LedgerError(f"{said}: a folder, not a file")
     if not stat.S_ISREG(mode):
@@ -161,11 +161,9 @@ class SqliteLedger:
             else:
                 meta = dict(db.execute("SELECT name, value FROM vault_meta").fetchall())
                 if meta.get("schema") != SCHEMA_VERSION:
-                    raise LedgerError(f"unknown ledger schema {shown(meta.get('schema'))}")
+                    raise LedgerError(f"unknown ledger schema {meta.get('schema')}")
                 if meta.get("passport_id") != self._owner:
-                    raise LedgerError(
-                        f"the ledger belongs to passport {shown(meta.get('passport_id'))}"
-                    )
+                    raise LedgerError(f"the ledger belongs to passport {meta.get('passport_id')}")
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:

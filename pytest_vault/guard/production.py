@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, Protocol, TypeVar, cast
 
+from pytest_vault.core.errors import VaultError
 from pytest_vault.core.json import EXACT
 from pytest_vault.core.text import json_text, shown
 from pytest_vault.guard.engine import (
@@ -81,13 +82,13 @@ def major_units(transfer: Transfer) -> Decimal:
     return EXACT.scaleb(Decimal(transfer.amount_minor), -MINOR_DIGITS[transfer.currency])
 
 
-class PaymentDenied(Exception):
+class PaymentDenied(VaultError):
     """A protected payment the guard did not allow; `decision` says why."""
 
     def __init__(self, decision: Decision) -> None:
         self.decision = decision
         why = "; ".join(f"{r.code}: {r.message}" for r in decision.reasons)
-        super().__init__(shown(f"transfer denied: {why}"))
+        super().__init__(f"transfer denied: {why}")
 
 
 class Guard:

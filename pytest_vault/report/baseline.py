@@ -39,6 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pytest_vault.core.errors import VaultError
 from pytest_vault.core.text import shown
 from pytest_vault.corpus.load import corpus_digest
 from pytest_vault.report.results import META_KEY, ReportError, ResultsError, load, read_metadata
@@ -73,7 +74,7 @@ MEASURES = (
 )
 
 
-class BaselineError(ValueError):
+class BaselineError(VaultError):
     """A baseline that cannot be used: one line naming the file and the problem."""
 
 
@@ -121,7 +122,7 @@ def read_baseline(path: Path, model: str | None = None) -> Baseline:
         )
     mine = table.filter(pc.equal(table["model"], model))
     if not pc.any(pc.equal(mine["status"], "completed")).as_py():
-        raise BaselineError(f"{_prefix(path)}: no completed evaluation of {shown(model)}")
+        raise BaselineError(f"{_prefix(path)}: no completed evaluation of {model}")
     digest, files = _corpus(meta)
     return Baseline(shown(path), model, mine, digest, files)
 
@@ -133,7 +134,7 @@ def read_corpus(path: Path) -> tuple[str | None, dict[str, str]]:
         raw = (pq.read_schema(path).metadata or {}).get(META_KEY, b"{}")
         return _corpus(read_metadata(raw))
     except (OSError, pa.ArrowException) as exc:
-        raise BaselineError(f"{_prefix(path)}: cannot read as Parquet: {shown(exc)}") from None
+        raise BaselineError(f"{_prefix(path)}: cannot read as Parquet: {exc}") from None
     except ResultsError as exc:
         raise BaselineError(f"{_prefix(path)}: {exc}") from None
 

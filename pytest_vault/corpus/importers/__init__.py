@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_vault.core.errors import FileError
+from pytest_vault.core.errors import FileError, VaultError
 from pytest_vault.core.text import json_text
 from pytest_vault.corpus.load import CorpusError, read_case
 from pytest_vault.guard.engine import (
@@ -45,7 +45,7 @@ PAYING_LEVELS = (2, 3, 4)
 APPROVAL_MEMO = "APC-2026-0001"
 
 
-class ImporterError(ValueError):
+class ImporterError(VaultError):
     """An import that cannot run: the message is one line, and says what to do."""
 
 
