@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from pytest_vault.models.cache import ResponseCache
     from pytest_vault.models.providers import ProviderModel
     from pytest_vault.models.ratelimit import Price
+    from pytest_vault.models.specs import Spec
 
 CHARS_PER_TOKEN = 4
 METHOD = (
@@ -57,8 +58,9 @@ class Planned:
 
 @dataclass(frozen=True)
 class ModelPlan:
-    """One model's plan. None: not known before the run (an `agent:` spec's requests,
-    a price missing from the table, a cache that cannot be keyed)."""
+    """One model's plan. None: not known before the run (the requests of an `agent:`
+    spec or a plugin's model, a price missing from the table, a cache that cannot be
+    keyed)."""
 
     model: str
     evaluations: int
@@ -93,7 +95,7 @@ class _Counts:
 
 
 def plan_run(
-    specs: Sequence[str],
+    specs: Sequence[Spec],
     planned: Iterable[Planned],
     levels: Mapping[int, Level],
     *,
@@ -105,26 +107,28 @@ def plan_run(
     attacker: str | None = None,
     judges: Mapping[str, int] | None = None,
 ) -> list[ModelPlan]:
-    """One plan per spec, in the order given. `providers` holds, per provider spec, its
-    model (never asked) or why its client could not be built. An adaptive evaluation
-    sends up to `rounds` user messages; a real-model `attacker` writes all but the first.
-    `judges`: each real-model judge's token cap; it reads each completed evaluation once."""
+    """One plan per model spec, in the order given (every `planned` item's spec among
+    them). `providers` holds, per provider spec whose requests can be keyed, its model
+    (never asked) or why its client could not be built. An adaptive evaluation sends up
+    to `rounds` user messages; a real-model `attacker` writes all but the first (None:
+    none asks a provider). `judges`: each real-model judge's token cap; it reads each
+    completed evaluation once."""
     steps = max(max_steps, 1)  # as evaluate() bounds each user message
-    counts = {spec: _Counts() for spec in specs}
+    counts = {spec.text: _Counts() for spec in specs}
     asks = _Counts()  # the attacker's requests: one per round after the first
     # Per provider spec: each distinct first request's key and input estimate.
-    firsts: dict[str, dict[str, int]] = {spec: {} for spec in specs}
+    firsts: dict[str, dict[str, int]] = {spec.text: {} for spec in specs}
     # Bodies repeat across tracks and architectures: estimate each once.
     memo: dict[tuple[str, int, tuple[str, ...]], tuple[int, str | None]] = {}
     for item in planned:
-        c = counts.setdefault(item.spec, _Counts())
+        c = counts[item.spec]
         c.evaluations += 1
         adaptive = item.track == "adaptive"
         if adaptive:
             asks.evaluations += 1
             asks.requests += rounds - 1
         model = providers.get(item.spec)
-        if model is None:  # a control (no provider request) or an agent (unknown)
+        if model is None:  # no request of ours: none (a control) or unknown
             continue
         level = levels[item.case.level]
         texts = user_messages(item.case, item.track)
@@ -143,18 +147,18 @@ def plan_run(
             c.input_est += estimate * times
             c.input_at_bound += estimate * steps * times
             if request_key is not None:
-                firsts.setdefault(item.spec, {})[request_key] = estimate
+                firsts[item.spec][request_key] = estimate
     plans = [
-        _plan(spec, counts[spec], providers.get(spec), firsts.get(spec, {}), cache, prices)
-        for spec in dict.fromkeys([*specs, *counts])
+        _plan(spec, counts[spec.text], providers.get(spec.text), firsts[spec.text], cache, prices)
+        for spec in specs
     ]
-    if attacker is not None and asks.evaluations and not attacker.startswith("scripted:"):
+    if attacker is not None and asks.evaluations:
         # Its requests are bounded; its prompts hold the agent's replies, unknown before.
         note = "attacker: one request per round after the first; tokens not estimated"
         plans.append(ModelPlan(attacker, asks.evaluations, asks.requests, *(None,) * 7, note=note))
     planned_evaluations = sum(c.evaluations for c in counts.values())
     for judge, max_tokens in (judges or {}).items():
-        if judge.startswith("scripted:") or not planned_evaluations:
+        if not planned_evaluations:
             continue
         note = "judge: at most one request per completed evaluation; input not estimated"
         plans.append(
@@ -197,22 +201,23 @@ def _estimate(
 
 
 def _plan(
-    spec: str,
+    claimed: Spec,
     c: _Counts,
     model: ProviderModel | str | None,
     firsts: dict[str, int],
     cache: ResponseCache | None,
     prices: Mapping[str, Price],
 ) -> ModelPlan:
-    if spec.startswith("scripted:"):
+    spec = claimed.text
+    if claimed.offline:
         return ModelPlan(spec, c.evaluations, 0, 0, 0, 0, 0, 0, 0.0, 0.0, "control: no request")
     if model is None:
-        return ModelPlan(
-            spec,
-            c.evaluations,
-            *(None,) * 8,
-            "agent: requests unknown (your agent calls its model itself)",
+        unknown = (
+            "agent: requests unknown (your agent calls its model itself)"
+            if claimed.agent is not None
+            else "requests unknown (a plugin's model asks on its own)"
         )
+        return ModelPlan(spec, c.evaluations, *(None,) * 8, unknown)
     note = ""
     hits: set[str] = set()
     if isinstance(model, str):

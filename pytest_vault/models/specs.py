@@ -1,4 +1,5 @@
-"""`--vault-model` specs, read without importing any model code (configure time)."""
+"""Specs (`--vault-model`, `--vault-judge`, `--vault-attacker`, `--vault-guard`), read
+without importing any model code (configure time)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import os
 from dataclasses import dataclass
 from typing import Literal
 
-from pytest_vault.core.text import KEY_ENV, shown
+from pytest_vault.core.errors import VaultError
+from pytest_vault.core.text import KEY_ENV
 
 CONTROL_MODELS = (
     "scripted:reference",
@@ -22,8 +24,8 @@ BASE_URL_ENV = {"openai": "OPENAI_BASE_URL", "anthropic": "ANTHROPIC_BASE_URL"}
 AGENT = "agent:"
 
 
-class SpecError(ValueError):
-    """A `--vault-model` spec that cannot run; the message is one line."""
+class SpecError(VaultError):
+    """A spec that cannot run; the message is one line (made safe by `VaultError`)."""
 
 
 Role = Literal["model", "judge", "attacker"]
@@ -37,6 +39,12 @@ class Spec:
     role: Role
     # Sends requests that cost: priced, cached, counted against --vault-budget-usd.
     provider: bool
+    # Asks no one (a control: scripted, deterministic): a plan counts no request for it,
+    # where the requests of a spec that is neither this nor a provider are unknown.
+    offline: bool = False
+    # `MODULE:FACTORY` of a team's agent (`agent:`): driven through its `reply` by the
+    # agent runner, never made into a model by `pytest_vault_make_model`.
+    agent: str | None = None
 
 
 def valid_target(target: str) -> bool:
@@ -59,19 +67,21 @@ class ProviderSpec:
     model: str
 
 
-def parse_spec(spec: str) -> ProviderSpec:
+def parse_spec(spec: str, option: str = "--vault-model") -> ProviderSpec:
     provider, sep, model = spec.partition(":")
     if not sep or provider not in PROVIDERS or not model.strip():
         raise SpecError(
-            f"--vault-model {spec!r}: expected openai:MODEL, anthropic:MODEL, "
+            f"{option} {spec!r}: expected openai:MODEL, anthropic:MODEL, "
             f"or a control ({', '.join(CONTROL_MODELS)}); or agent:MODULE:FACTORY"
         )
     return ProviderSpec(spec, provider, model)
 
 
-def check_spec(spec: str, base_url: str | None, *, asks: bool = True) -> str:
+def check_spec(
+    spec: str, base_url: str | None, *, asks: bool = True, option: str = "--vault-model"
+) -> str:
     """Fail early (a usage error) on a spec that cannot possibly run. `asks`: the run
-    sends requests; one that asks nothing (a plan) needs no key."""
+    sends requests; one that asks nothing (a plan) needs no key. `option` names it."""
     if spec.startswith(AGENT):
         if not valid_target(spec.removeprefix(AGENT)):
             raise SpecError(
@@ -84,8 +94,8 @@ def check_spec(spec: str, base_url: str | None, *, asks: bool = True) -> str:
                 f"--vault-model {spec!r}: unknown control; controls are {', '.join(CONTROL_MODELS)}"
             )
         return spec
-    parsed = parse_spec(spec)
+    parsed = parse_spec(spec, option)
     local = parsed.provider == "openai" and bool(base_url or os.environ.get(BASE_URL_ENV["openai"]))
     if asks and not (os.environ.get(KEY_ENV[parsed.provider]) or local):
-        raise SpecError(f"--vault-model {shown(spec)}: {KEY_ENV[parsed.provider]} is not set")
+        raise SpecError(f"{option} {spec}: {KEY_ENV[parsed.provider]} is not set")
     return spec

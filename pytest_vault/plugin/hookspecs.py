@@ -8,12 +8,16 @@ first implementation that returns something other than None wins.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
 if TYPE_CHECKING:
+    from pytest_vault.harness.adaptive import Attacker
+    from pytest_vault.harness.agent import Model
+    from pytest_vault.harness.judges import Judge
     from pytest_vault.models.specs import Role, Spec
+    from pytest_vault.plugin.session import VaultSession
 
 
 @pytest.hookspec(firstresult=True)
@@ -25,16 +29,20 @@ def pytest_vault_spec(spec: str, role: Role, asks: bool, config: pytest.Config) 
 
 
 @pytest.hookspec(firstresult=True)
-def pytest_vault_make_model(spec: Spec, session: Any) -> Any:
-    """The model under test for a claimed spec (a `harness.agent.Model`), made on the
-    runner's event loop on first use. `session` is the run's `VaultSession`."""
+def pytest_vault_make_model(spec: Spec, session: VaultSession) -> Model | None:
+    """The model under test for a claimed spec (a `harness.agent.Model`), made once per
+    process on the runner's event loop, on first use; None when the spec is not yours.
+    An exception is one error row per evaluation, never a traceback. `session` is the
+    run's `VaultSession` (`session.options`, `session.provider_model(text)`)."""
 
 
 @pytest.hookspec(firstresult=True)
-def pytest_vault_make_judge(spec: Spec, session: Any) -> Any:
-    """A `--vault-judge` (a `harness.judges.Judge`) for a claimed spec."""
+def pytest_vault_make_judge(spec: Spec, session: VaultSession) -> Judge | None:
+    """A `--vault-judge` (a `harness.judges.Judge`) for a claimed spec; an exception
+    makes its every verdict unreadable, with why."""
 
 
 @pytest.hookspec(firstresult=True)
-def pytest_vault_make_attacker(spec: Spec, session: Any) -> Any:
-    """A `--vault-attacker` (a `harness.adaptive.Attacker`) for a claimed spec."""
+def pytest_vault_make_attacker(spec: Spec, session: VaultSession) -> Attacker | None:
+    """A `--vault-attacker` (a `harness.adaptive.Attacker`) for a claimed spec; an
+    exception makes each adaptive evaluation an error row."""

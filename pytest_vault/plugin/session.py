@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pytest_vault.core.errors import FileError
-
 if TYPE_CHECKING:
     from pytest_vault.corpus.model import Case
     from pytest_vault.harness.adaptive import Attacker, Campaign
@@ -28,7 +26,7 @@ if TYPE_CHECKING:
     from pytest_vault.models.plan import ModelPlan
     from pytest_vault.models.providers import ProviderModel, Stats
     from pytest_vault.models.ratelimit import RateLimiter, Spend
-    from pytest_vault.models.specs import Spec
+    from pytest_vault.models.specs import Role, Spec
     from pytest_vault.plugin.runner import Runner
 
 import pytest
@@ -123,6 +121,8 @@ class Job:
 @dataclass
 class VaultSession:
     options: Options
+    # The hooks a spec is made through (`config.hook`); None: our own implementations only.
+    hook: Any = field(default=None, kw_only=True)
     # One row per test (the last, if a test runs twice), keyed by node id, as tuples.
     store: RowStore = field(default_factory=RowStore)
     # Case ids seen in this run, across corpus files, with where they were defined.
@@ -193,28 +193,48 @@ class VaultSession:
             self._stats = Stats()
         return self._stats
 
-    # -- models (created on the runner's loop, where their clients live) -------------------
+    # -- specs, and what they make (on the runner's loop, where their clients live) --------
+    def spec(self, text: str, role: Role) -> Spec:
+        """What the plugin that claimed `text` at configure time said it is."""
+        found = self.options.specs.get(text)
+        if found is None:
+            # Claimed before `Options.specs` held the claims: then only ours could be.
+            from pytest_vault.plugin.specs import our_spec
+
+            found = our_spec(text, role, self.options.base_url, asks=False)
+            assert found is not None, f"{text}: not claimed at configure time"
+        return found
+
+    @property
+    def _hook(self) -> Any:
+        if self.hook is None:
+            from pytest_vault.plugin.specs import own_hooks
+
+            self.hook = own_hooks()
+        return self.hook
+
     def model(self, spec: str) -> Model:
         if spec not in self._models:
-            if spec.startswith("scripted:"):
-                from pytest_vault.harness.controls import CONTROLS
-
-                self._models[spec] = CONTROLS[spec](spec)
-            else:
+            try:
+                made = self._hook.pytest_vault_make_model(
+                    spec=self.spec(spec, "model"), session=self
+                )
+                if made is None:
+                    raise LookupError("no plugin makes this model")
+                self._models[spec] = made
+            except Exception as exc:  # noqa: BLE001 - one redacted line, not a traceback
                 from pytest_vault.models.providers import Unavailable
 
-                try:
-                    self._models[spec] = self._provider_model(spec)
-                except Exception as exc:  # noqa: BLE001 - one redacted line, not a traceback
-                    reason = safe(f"{spec}: cannot build the client: {type(exc).__name__}: {exc}")
-                    self._models[spec] = Unavailable(spec, reason)
+                reason = safe(f"{spec}: cannot build the client: {type(exc).__name__}: {exc}")
+                self._models[spec] = Unavailable(spec, reason)
         return self._models[spec]
 
-    def _provider_model(
+    def provider_model(
         self, spec: str, *, judge: bool = False, keyless: bool = False
     ) -> ProviderModel:
-        """`judge`: a judge's model, kept out of the models' decode record (a judge may
-        share its spec with a model under test). `keyless`: one that is never asked."""
+        """One of our providers' models, its requests limited, cached, priced and counted
+        with the run's. `judge`: a judge's model, kept out of the models' decode record (a
+        judge may share its spec with a model under test). `keyless`: never asked."""
         from pytest_vault.models.cache import ResponseCache
         from pytest_vault.models.providers import ProviderModel, Retry, make_wire
         from pytest_vault.models.ratelimit import RateLimiter
@@ -242,21 +262,17 @@ class VaultSession:
     def judge(self, spec: str) -> Judge:
         """A `--vault-judge`, made on first use (on the runner's loop, like the models)."""
         if spec not in self._judges:
-            from pytest_vault.harness.judges import BrokenJudge, scripted_judge
+            try:
+                made = self._hook.pytest_vault_make_judge(
+                    spec=self.spec(spec, "judge"), session=self
+                )
+                if made is None:
+                    raise LookupError("no plugin makes this judge")
+                self._judges[spec] = made
+            except Exception as exc:  # noqa: BLE001 - unreadable verdicts, not a traceback
+                from pytest_vault.harness.judges import BrokenJudge
 
-            if spec.startswith("scripted:"):
-                self._judges[spec] = scripted_judge(spec)
-            else:
-                from pytest_vault.harness.judges import judge_prompt_file, load_judge_prompt
-                from pytest_vault.models.judge import ProviderJudge
-
-                try:
-                    prompt = load_judge_prompt(judge_prompt_file(self.options.passports))
-                    model = self._provider_model(spec, judge=True)
-                    self._judges[spec] = ProviderJudge(model, prompt.prompt)
-                except Exception as exc:  # noqa: BLE001 - unreadable verdicts, not a traceback
-                    reason = safe(f"{type(exc).__name__}: {exc}")
-                    self._judges[spec] = BrokenJudge(spec, reason)
+                self._judges[spec] = BrokenJudge(spec, safe(f"{type(exc).__name__}: {exc}"))
         return self._judges[spec]
 
     async def _judged(self, ev: Evaluation) -> dict[str, Verdict] | None:
@@ -281,17 +297,13 @@ class VaultSession:
         spec = self.options.attacker
         assert spec is not None, "the adaptive track needs --vault-attacker"
         if self._attacker is None:
-            if spec.startswith("scripted:"):
-                from pytest_vault.harness.adaptive import make_attacker
-
-                self._attacker = make_attacker(spec)
-            else:
-                from pytest_vault.models.attacker import ProviderAttacker, load_prompt
-
-                prompt = attacker_prompt_file(self.options.passports)
-                self._attacker = ProviderAttacker(
-                    self._provider_model(spec), prompt, load_prompt(prompt)
-                )
+            # An exception is an error row per adaptive evaluation (`_adaptive`).
+            made = self._hook.pytest_vault_make_attacker(
+                spec=self.spec(spec, "attacker"), session=self
+            )
+            if made is None:
+                raise LookupError("no plugin makes this attacker")
+            self._attacker = made
         return self._attacker
 
     def campaign(self) -> Campaign:
@@ -305,6 +317,11 @@ class VaultSession:
             close = getattr(model, "close", None)
             if close is not None:
                 await close()
+
+    def _agent(self, spec: str) -> Loader | None:
+        """The factory of an `agent:` spec (None: a model, made through the hook)."""
+        target = self.spec(spec, "model").agent
+        return None if target is None else self._loader(spec, target)
 
     def _loader(self, spec: str, target: str) -> Loader:
         if spec not in self._loaders:
@@ -321,9 +338,9 @@ class VaultSession:
         """The first `agent:` spec or `--vault-guard` whose factory cannot be imported,
         as `OPTION VALUE: why`; None when every one is in hand (kept for the run)."""
         named = [
-            (f"--vault-model {spec}", self._loader(spec, spec.removeprefix("agent:")))
+            (f"--vault-model {spec}", agent)
             for spec in self.options.models
-            if spec.startswith("agent:")
+            if (agent := self._agent(spec)) is not None
         ]
         guard = self._guard_loader()
         if guard is not None:
@@ -356,10 +373,10 @@ class VaultSession:
         opts = self.options
         level = self.levels[job.case.level]
         screen = screen_maker(self._guard_loader(), level)
+        agent = self._agent(job.spec)
         if job.track == "adaptive":
-            ev = await self._adaptive(job, level, screen)
-        elif job.spec.startswith("agent:"):
-            agent = self._loader(job.spec, job.spec.removeprefix("agent:"))
+            ev = await self._adaptive(job, level, screen, agent)
+        elif agent is not None:
             ev = await evaluate_agent(
                 job.case,
                 level,
@@ -390,7 +407,9 @@ class VaultSession:
             result[FOUND] = _found_line(ev)
         return result
 
-    async def _adaptive(self, job: Job, level: Level, screen: Any) -> Evaluation:
+    async def _adaptive(
+        self, job: Job, level: Level, screen: Any, agent: Loader | None
+    ) -> Evaluation:
         from pytest_vault.harness.adaptive import evaluate_adaptive, evaluate_agent_adaptive
         from pytest_vault.harness.agent import Evaluation
 
@@ -402,8 +421,7 @@ class VaultSession:
             ev.status, ev.error = "error", f"--vault-attacker {opts.attacker}: {exc}"
             ev.attacker, ev.rounds = opts.attacker, 0
             return ev
-        if job.spec.startswith("agent:"):
-            agent = self._loader(job.spec, job.spec.removeprefix("agent:"))
+        if agent is not None:
             return await evaluate_agent_adaptive(
                 job.case,
                 level,
@@ -536,8 +554,9 @@ class VaultSession:
     def judge_record(self) -> dict[str, Any] | None:
         """The judge prompt the real-model judges were given: file, digest, token cap,
         temperature (always 0); None when no judge asks a provider."""
-        if not any(not spec.startswith("scripted:") for spec in self.options.judges):
+        if not self._provider_judges():
             return None
+        from pytest_vault.core.errors import FileError
         from pytest_vault.harness.judges import (
             TEMPERATURE,
             judge_prompt_file,
@@ -555,9 +574,12 @@ class VaultSession:
             "temperature": TEMPERATURE,
         }
 
+    def _provider_judges(self) -> list[str]:
+        return [j for j in self.options.judges if self.spec(j, "judge").provider]
+
     def _judge_caps(self) -> dict[str, int]:
         """Each real-model judge's token cap, for the plan (checked at configure time)."""
-        real = [j for j in self.options.judges if not j.startswith("scripted:")]
+        real = self._provider_judges()
         if not real:
             return {}
         from pytest_vault.harness.judges import judge_prompt_file, load_judge_prompt
@@ -573,16 +595,20 @@ class VaultSession:
 
         from pytest_vault.models.cache import ResponseCache
         from pytest_vault.models.plan import Planned, plan_run
+        from pytest_vault.plugin.specs import ours
 
         opts = self.options
+        specs = [self.spec(text, "model") for text in opts.models]
         providers: dict[str, ProviderModel | str] = {}
-        for spec in opts.models:
-            if spec.startswith(("scripted:", "agent:")):
+        for spec in specs:
+            # Only our providers' requests can be keyed here; a plugin's are its own.
+            if not spec.provider or not ours(spec):
                 continue
             try:
-                providers[spec] = self._provider_model(spec, keyless=True)
+                providers[spec.text] = self.provider_model(spec.text, keyless=True)
             except Exception as exc:  # noqa: BLE001 - one redacted line, not a traceback
-                providers[spec] = safe(f"cannot build the client: {type(exc).__name__}: {exc}")
+                reason = safe(f"cannot build the client: {type(exc).__name__}: {exc}")
+                providers[spec.text] = reason
         built = [m for m in providers.values() if not isinstance(m, str)]
 
         async def close() -> None:
@@ -591,7 +617,7 @@ class VaultSession:
 
         try:
             return plan_run(
-                opts.models,
+                specs,
                 [Planned(job.case, job.spec, job.track) for job in jobs],
                 self.levels if jobs else {},
                 max_steps=opts.max_steps,
@@ -599,12 +625,16 @@ class VaultSession:
                 cache=ResponseCache(opts.cache) if opts.cache else None,
                 prices=self.spend.prices,
                 rounds=opts.rounds,
-                attacker=opts.attacker,
+                attacker=self._provider_attacker(),
                 judges=self._judge_caps(),
             )
         finally:
             asyncio.run(close())
             self._providers.clear()  # never asked: they have no decode settings to record
+
+    def _provider_attacker(self) -> str | None:
+        spec = self.options.attacker
+        return spec if spec is not None and self.spec(spec, "attacker").provider else None
 
     def worker_sample(self, record: dict[str, Any] | None) -> None:
         """A worker's sample, on the xdist controller: every worker must have chosen the
