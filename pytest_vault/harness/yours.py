@@ -20,6 +20,7 @@ import copy
 import importlib
 import inspect
 import logging
+import pkgutil
 import sys
 import threading
 from collections.abc import Callable
@@ -99,7 +100,7 @@ class Loader:
     def _load(self) -> tuple[Callable[..., Any] | None, str | None]:
         """The factory, or why there is none."""
         try:
-            module = self._import()
+            found = self._resolve()
         except ModuleNotFoundError as exc:
             # This module (or a package of its path) is missing, or one it imports is.
             if exc.name is not None and f"{self.module}.".startswith(f"{exc.name}."):
@@ -107,21 +108,22 @@ class Loader:
                 return None, safe(f"no module named {exc.name!r} (looked on {where})")
             return None, safe(f"importing {self.module} raised {type(exc).__name__}: {exc}")
         except (Exception, SystemExit) as exc:  # noqa: BLE001 - one line, not a traceback
-            return None, safe(f"importing {self.module} raised {type(exc).__name__}: {exc}")
-        try:
-            found = getattr(module, self.name)
-        except AttributeError:
-            return None, safe(f"module {self.module} has no {self.name}")
-        except Exception as exc:  # noqa: BLE001 - a module __getattr__ that raises
+            # A module whose import fails is not left in sys.modules: then it was the import.
+            if self.module not in sys.modules:
+                return None, safe(f"importing {self.module} raised {type(exc).__name__}: {exc}")
+            if isinstance(exc, AttributeError):
+                return None, safe(f"module {self.module} has no {self.name}")
+            # A module `__getattr__` that raises something else.
             return None, safe(f"{self.module}.{self.name} raised {type(exc).__name__}: {exc}")
         if not callable(found):
             kind = type(found).__name__
             return None, safe(f"{self.module}.{self.name} is not callable ({kind})")
         return found, None
 
-    def _import(self) -> Any:
+    def _resolve(self) -> Any:
+        target = f"{self.module}:{self.name}"
         try:
-            return importlib.import_module(self.module)
+            return pkgutil.resolve_name(target)
         except ModuleNotFoundError as exc:
             root = None if self.rootdir is None else str(self.rootdir)
             if root is None or exc.name != self.module.partition(".")[0] or root in sys.path:
@@ -130,7 +132,7 @@ class Loader:
             # on sys.path; the team's module lives there, as pytest's conftests do.
             sys.path.append(root)
             importlib.invalidate_caches()
-            return importlib.import_module(self.module)
+            return pkgutil.resolve_name(target)
 
     def call(self, *args: Any) -> Any:
         factory = self.factory()
