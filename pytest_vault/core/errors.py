@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import Annotated, Any, get_args, get_origin
-
-from pydantic import BaseModel, ValidationError
+from typing import TYPE_CHECKING, Annotated, Any, get_args, get_origin
 
 from pytest_vault.core.text import shown
+
+if TYPE_CHECKING:  # pydantic is imported where it is used: `import pytest_vault.plugin` is light
+    from pydantic import BaseModel, ValidationError
 
 
 class VaultError(ValueError):
@@ -77,6 +78,8 @@ def describe(error: ValidationError, model: type[BaseModel] | None = None) -> st
 
 def _keys_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
     """The keys the model takes at `loc` (through nested models, dicts and lists)."""
+    from pydantic import BaseModel
+
     kind: Any = model
     for part in (*loc, None):
         while get_origin(kind) is Annotated:
