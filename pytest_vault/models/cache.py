@@ -5,7 +5,8 @@ killed at any moment resumes from its last answered request. Files are written t
 temporary name and renamed into place, so a reader never sees half a file and
 concurrent writers (xdist workers) cannot corrupt one another. `fill` asks at most
 once per key across processes: whoever holds the key's lock file asks, the others wait
-for the answer (a lock dies with its process, so a killed run leaves none behind).
+for the answer. The lock is `filelock`'s, the operating system's own on each platform
+(flock, or msvcrt on Windows), so it dies with its process: a killed run leaves none held.
 Only responses are stored: never keys, never headers. An answer that cannot be stored
 (a full disk) is still used, and `Unstored` says so: it was paid for.
 
@@ -18,7 +19,6 @@ guards against corruption and mistakes, not against someone who can write the fo
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import hashlib
 import json
 import os
@@ -27,11 +27,14 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from filelock import FileLock, Timeout
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, TypeAdapter
 
 from pytest_vault.core.json import DATA
 
 VERSION = "pytest-vault-cache-1"
+# Next to each entry, named so nobody mistakes it for someone else's (nor for an entry).
+LOCK_SUFFIX = ".pytest-vault.lock"
 
 # Tokens one answer can use: far above any model's context, far below what would let
 # one bad number switch the spend cap off.
@@ -155,27 +158,28 @@ class ResponseCache:
         """The cached answer for `key` (and True), or `ask()`'s, stored (and False)."""
         if (hit := self.get(key)) is not None:
             return hit, True
-        lock_path = self._path(key).with_suffix(".lock")
-        lock_path.parent.mkdir(parents=True, exist_ok=True)
-        with lock_path.open("a") as lock:
-            while True:
-                try:
-                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:  # another process is asking: wait for its answer
-                    await asyncio.sleep(poll)
-                    if (hit := self.get(key)) is not None:
-                        return hit, True
+        where = self._path(key)
+        where.parent.mkdir(parents=True, exist_ok=True)
+        # One lock object per call, shared by no thread: two calls in one process exclude
+        # each other as two processes do.
+        lock = FileLock(where.with_name(key + LOCK_SUFFIX), thread_local=False)
+        while True:
             try:
+                lock.acquire(blocking=False)
+                break
+            except Timeout:  # another process is asking: wait for its answer
+                await asyncio.sleep(poll)
                 if (hit := self.get(key)) is not None:
                     return hit, True
-                answer = await ask()
-                try:
-                    self.put(answer)
-                except OSError as exc:
-                    # Never lose what was paid for: the answer stands, the failure is told.
-                    where = self._path(key)
-                    raise Unstored(answer, f"cannot store {where}: {exc.strerror or exc}") from None
-                return answer, False
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+        try:
+            if (hit := self.get(key)) is not None:
+                return hit, True
+            answer = await ask()
+            try:
+                self.put(answer)
+            except OSError as exc:
+                # Never lose what was paid for: the answer stands, the failure is told.
+                raise Unstored(answer, f"cannot store {where}: {exc.strerror or exc}") from None
+            return answer, False
+        finally:
+            lock.release()
