@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
+    from pluggy import HookRelay
+
     from pytest_vault.corpus.model import Case
     from pytest_vault.harness.adaptive import Attacker, Campaign
     from pytest_vault.harness.agent import Evaluation, Model, Track
@@ -122,7 +124,7 @@ class Job:
 class VaultSession:
     options: Options
     # The hooks a spec is made through (`config.hook`); None: our own implementations only.
-    hook: Any = field(default=None, kw_only=True)
+    hook: HookRelay | None = field(default=None, kw_only=True)
     # One row per test (the last, if a test runs twice), keyed by node id, as tuples.
     store: RowStore = field(default_factory=RowStore)
     # Case ids seen in this run, across corpus files, with where they were defined.
@@ -205,23 +207,22 @@ class VaultSession:
             assert found is not None, f"{text}: not claimed at configure time"
         return found
 
-    @property
-    def _hook(self) -> Any:
+    def _make(self, text: str, role: Role) -> Any:
+        """What the first plugin that makes a claimed spec made of it."""
         if self.hook is None:
             from pytest_vault.plugin.specs import own_hooks
 
             self.hook = own_hooks()
-        return self.hook
+        make = getattr(self.hook, f"pytest_vault_make_{role}")
+        made = make(spec=self.spec(text, role), session=self)
+        if made is None:
+            raise LookupError(f"no plugin makes this {role}")
+        return made
 
     def model(self, spec: str) -> Model:
         if spec not in self._models:
             try:
-                made = self._hook.pytest_vault_make_model(
-                    spec=self.spec(spec, "model"), session=self
-                )
-                if made is None:
-                    raise LookupError("no plugin makes this model")
-                self._models[spec] = made
+                self._models[spec] = self._make(spec, "model")
             except Exception as exc:  # noqa: BLE001 - one redacted line, not a traceback
                 from pytest_vault.models.providers import Unavailable
 
@@ -263,12 +264,7 @@ class VaultSession:
         """A `--vault-judge`, made on first use (on the runner's loop, like the models)."""
         if spec not in self._judges:
             try:
-                made = self._hook.pytest_vault_make_judge(
-                    spec=self.spec(spec, "judge"), session=self
-                )
-                if made is None:
-                    raise LookupError("no plugin makes this judge")
-                self._judges[spec] = made
+                self._judges[spec] = self._make(spec, "judge")
             except Exception as exc:  # noqa: BLE001 - unreadable verdicts, not a traceback
                 from pytest_vault.harness.judges import BrokenJudge
 
@@ -298,12 +294,7 @@ class VaultSession:
         assert spec is not None, "the adaptive track needs --vault-attacker"
         if self._attacker is None:
             # An exception is an error row per adaptive evaluation (`_adaptive`).
-            made = self._hook.pytest_vault_make_attacker(
-                spec=self.spec(spec, "attacker"), session=self
-            )
-            if made is None:
-                raise LookupError("no plugin makes this attacker")
-            self._attacker = made
+            self._attacker = self._make(spec, "attacker")
         return self._attacker
 
     def campaign(self) -> Campaign:

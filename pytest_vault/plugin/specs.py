@@ -3,7 +3,7 @@ in `hookspecs.py`, and `claim`, which asks the hooks about one spec at configure
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -18,6 +18,8 @@ from pytest_vault.models.specs import (
 )
 
 if TYPE_CHECKING:
+    from pluggy import HookRelay
+
     from pytest_vault.harness.adaptive import Attacker
     from pytest_vault.harness.agent import Model
     from pytest_vault.harness.judges import Judge
@@ -151,7 +153,7 @@ def ours(spec: Spec) -> bool:
     return spec.text.partition(":")[0] in OURS
 
 
-def own_hooks() -> Any:
+def own_hooks() -> HookRelay:
     """The hooks with only our own implementations: a session made outside pytest."""
     import pluggy
 
