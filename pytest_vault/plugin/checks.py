@@ -1,0 +1,245 @@
+"""The run's `Options`, from the settled options: what no converter can check alone (an
+option that needs another, a spec the plugins must claim, a file or folder) is checked
+here, once, each problem one usage error naming the option or config key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_vault.core.text import shown
+from pytest_vault.models.specs import CONTROL_MODELS, PROVIDERS
+from pytest_vault.plugin.options import DEFAULT_CACHE, asks, origin
+from pytest_vault.plugin.session import Options, VaultSession
+
+if TYPE_CHECKING:
+    from pytest_vault.harness.agent import Track
+    from pytest_vault.harness.bank import Architecture
+    from pytest_vault.models.specs import Role, Spec
+
+
+def _dedup(values: list[Any] | None, default: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(dict.fromkeys(values)) if values else default
+
+
+def _path(value: str | None) -> Path | None:
+    return Path(value).resolve() if value is not None else None
+
+
+def options_of(config: pytest.Config) -> Options:
+    get = config.getoption
+    specs: dict[str, Spec] = {}
+    models = _claimed(config, "vault_model", "model", CONTROL_MODELS, specs)
+    for name in ("vault_baseline_model", "vault_baseline_any_corpus"):
+        if get(name) and get("vault_baseline") is None:
+            raise pytest.UsageError(f"{origin(config, name)} needs --vault-baseline")
+    judges = _judges(config, specs)
+    attacker = _attacker(config, specs)
+    spends = [spec.text for spec in specs.values() if spec.provider]
+    if get("vault_budget_usd") is not None and not get("vault_prices"):
+        raise pytest.UsageError(
+            "--vault-budget-usd needs --vault-prices to know what requests cost"
+        )
+    prices = _path(get("vault_prices"))
+    if prices is not None:
+        from pytest_vault.models.ratelimit import PriceError, load_prices
+        from pytest_vault.report.outputs import cannot_read
+
+        problem = cannot_read(prices)
+        if problem is not None:
+            raise pytest.UsageError(f"--vault-prices {shown(prices)}: {problem}")
+        try:
+            table = load_prices(prices)
+        except PriceError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        # Every spec that spends: an unpriced one would count as $0.
+        unpriced = [text for text in spends if text not in table]
+        if unpriced and get("vault_budget_usd") is not None:
+            raise pytest.UsageError(
+                f"{prices}: no price for {', '.join(unpriced)} (needed by --vault-budget-usd)"
+            )
+    cache = (
+        None
+        if get("vault_no_cache")
+        else Path(get("vault_cache") or config.rootpath / DEFAULT_CACHE).resolve()
+    )
+    if cache is not None and cache.exists() and not cache.is_dir():
+        # Else every test fails on its own, after the run has started.
+        raise pytest.UsageError(f"--vault-cache {shown(str(cache))}: not a folder")
+    if cache is not None and asks(config) and spends:  # a provider: its answers are cached
+        _writable(cache)
+    tracks: tuple[Track, ...] = _dedup(
+        get("vault_track"), ("A", "B") if attacker is None else ("A", "B", "adaptive")
+    )
+    archs: tuple[Architecture, ...] = _dedup(get("vault_arch"), ("model", "guarded"))
+    return Options(
+        models=models,
+        tracks=tracks,
+        architectures=archs,
+        levels=frozenset(_dedup(get("vault_level"), (1, 2, 3, 4, 5))),
+        passports=_path(get("vault_passports")),
+        results=_path(get("vault_results")),
+        strict=get("vault_strict"),
+        max_steps=get("vault_max_steps"),
+        base_url=get("vault_base_url"),
+        concurrency=get("vault_concurrency"),
+        rpm=get("vault_rpm"),
+        tpm=get("vault_tpm"),
+        tries=get("vault_tries"),
+        timeout=get("vault_timeout"),
+        agent_timeout=get("vault_agent_timeout"),
+        cache=cache,
+        budget_usd=get("vault_budget_usd"),
+        prices=prices,
+        progress_s=get("vault_progress"),
+        shard=get("vault_shard"),
+        report=_path(get("vault_report")),
+        guard=get("vault_guard"),
+        sample=get("vault_sample"),
+        sample_benign=get("vault_sample_benign"),
+        seed=get("vault_seed"),
+        baseline=_path(get("vault_baseline")),
+        baseline_model=get("vault_baseline_model"),
+        baseline_any_corpus=get("vault_baseline_any_corpus"),
+        plan=get("vault_plan"),
+        rootdir=config.rootpath,
+        attacker=attacker,
+        rounds=get("vault_rounds"),
+        attacker_sees_policy=get("vault_attacker_sees_policy"),
+        export_found=_path(get("vault_export_found")),
+        judges=judges,
+        specs=specs,
+    )
+
+
+def _claimed(
+    config: pytest.Config, key: str, role: Role, default: tuple[str, ...], specs: dict[str, Spec]
+) -> tuple[str, ...]:
+    """The specs of an option, each claimed by a plugin (into `specs`); a spec from the
+    config file is named by the file and key."""
+    from pytest_vault.plugin.specs import claim
+
+    value = config.getoption(key)
+    values = value if isinstance(value, list) else [] if value is None else [value]
+    texts: tuple[str, ...] = _dedup(values, default)
+    flag, where = "--" + key.replace("_", "-"), origin(config, key)
+    for text in texts:
+        try:
+            specs.setdefault(text, claim(config, text, role, asks=asks(config)))
+        except pytest.UsageError as exc:
+            if where == flag:
+                raise
+            raise pytest.UsageError(str(exc).replace(flag, where, 1)) from None
+    return texts
+
+
+def _writable(cache: Path) -> None:
+    """The cache folder, made if need be, takes a file: else (a file in its path, a folder
+    without write permission, a read-only mount) every evaluation fails on its own."""
+    import tempfile
+
+    from pytest_vault.core.errors import reason
+
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=cache):
+            pass
+    except OSError as exc:
+        raise pytest.UsageError(
+            f"--vault-cache {shown(str(cache))}: cannot write there: {reason(exc)}"
+        ) from None
+
+
+def _ours_asking(spec: Spec) -> bool:
+    """One of our provider specs (whose prompt is one of our files)."""
+    return spec.provider and spec.text.partition(":")[0] in PROVIDERS
+
+
+def _judges(config: pytest.Config, specs: dict[str, Spec]) -> tuple[str, ...]:
+    """`--vault-judge` specs, each claimed; the judge prompt is read now when one of our
+    providers judges, so a bad `judges.toml` stops the run before it starts."""
+    if not config.getoption("vault_judge"):
+        return ()
+    judges = _claimed(config, "vault_judge", "judge", (), specs)
+    if any(_ours_asking(specs[text]) for text in judges):
+        from pytest_vault.core.errors import FileError
+        from pytest_vault.harness.judges import judge_prompt_file, load_judge_prompt
+
+        try:
+            load_judge_prompt(judge_prompt_file(_path(config.getoption("vault_passports"))))
+        except FileError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    return judges
+
+
+def _attacker(config: pytest.Config, specs: dict[str, Spec]) -> str | None:
+    """`--vault-attacker` and the options that need it, each a one-line usage error."""
+    get = config.getoption
+    if get("vault_attacker") is None:
+        for name in ("vault_attacker_sees_policy", "vault_export_found"):
+            if get(name):
+                raise pytest.UsageError(f"{origin(config, name)} needs --vault-attacker")
+        if "adaptive" in (get("vault_track") or ()):
+            raise pytest.UsageError(
+                f"{origin(config, 'vault_track')} adaptive needs --vault-attacker SPEC "
+                "(e.g. scripted:escalate)"
+            )
+        return None
+    (spec,) = _claimed(config, "vault_attacker", "attacker", (), specs)
+    if _ours_asking(specs[spec]):
+        # Its prompt is read now, as a judge's is: a bad attacker.toml stops the run
+        # before it starts, not an error row per adaptive test.
+        from pytest_vault.core.errors import FileError
+        from pytest_vault.models.attacker import load_prompt
+        from pytest_vault.plugin.session import attacker_prompt_file
+
+        try:
+            load_prompt(attacker_prompt_file(_path(get("vault_passports"))))
+        except FileError as exc:
+            raise pytest.UsageError(f"--vault-attacker {shown(spec)}: {exc}") from None
+    return spec
+
+
+def preflight(vault: VaultSession) -> None:
+    """What can be checked before anything runs, once (on xdist's controller, before a
+    worker starts): each problem is one usage error naming the option and its value."""
+    problem = vault.unloadable() or _unusable_path(vault.options)
+    if problem is not None:
+        raise pytest.UsageError(problem)
+    if vault.options.passports is not None:
+        # Read now, once: else every corpus file reports the same problem.
+        from pytest_vault.core.errors import FileError
+
+        try:
+            vault.levels  # noqa: B018 - loaded (and checked) for the run
+        except FileError as exc:
+            raise pytest.UsageError(str(exc)) from None
+
+
+def _unusable_path(opts: Options) -> str | None:
+    """The first file or folder option the run could not read or write, as
+    `OPTION PATH: why`; None when all can be. Nothing is created."""
+    reads = (
+        ("--vault-passports", opts.passports, True),
+        ("--vault-baseline", opts.baseline, False),
+    )
+    writes = (
+        ("--vault-results", opts.results),
+        ("--vault-report", opts.report),
+        ("--vault-export-found", opts.export_found),
+    )
+    if not any(path for _, path, _ in reads) and not any(path for _, path in writes):
+        return None
+    from pytest_vault.report.outputs import cannot_read, cannot_write
+
+    for option, path, folder in reads:
+        problem = None if path is None else cannot_read(path, folder=folder)
+        if problem is not None:
+            return f"{option} {shown(path)}: {problem}"
+    for option, path in writes:
+        problem = None if path is None else cannot_write(path)
+        if problem is not None:
+            return f"{option} {shown(path)}: cannot write: {problem}"
+    return None

@@ -1,0 +1,558 @@
+"""Every pytest-vault option, once: its flag, converter, default, help and config key.
+
+The converter is argparse's `type=`, so a bad value on the command line is a usage error
+while pytest parses it. Every option can also be set in the config file under its key
+(`[tool.pytest.ini_options]`, pytest.ini, tox.ini, setup.cfg): `settle` reads the keys
+the command line left unset through the same converters, before any hook of ours reads
+an option. The README's option reference is `reference()`.
+
+Nothing heavy is imported here: `pytest --help` reads this table.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import pytest
+
+from pytest_vault.core.errors import VaultError
+from pytest_vault.core.text import shown
+from pytest_vault.models.specs import CONTROL_MODELS, valid_target
+
+DEFAULT_CACHE = ".vault-cache"
+
+
+class OptionError(VaultError):
+    """A value an option cannot take: said after the option's flag or config key."""
+
+
+# -- converters: text in, a value argparse and execnet can carry (never a Path) out --------
+
+
+def _grouped(n: int) -> str:
+    return f"{n:,}" if n >= 10_000 else str(n)  # 4096, but 10,000,000
+
+
+def count(low: int, high: int) -> Callable[[str], int]:
+    def convert(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise OptionError(f"{text!r}: expected a whole number") from None
+        if not low <= value <= high:
+            raise OptionError(f"must be from {low} to {_grouped(high)}")
+        return value
+
+    return convert
+
+
+def number(least: float, *, above: bool) -> Callable[[str], float]:
+    """A finite float: nan compares false with everything, so `x < 0` alone would let it
+    (or inf) switch a cap off."""
+
+    def convert(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise OptionError(f"{text!r}: expected a number") from None
+        if not (math.isfinite(value) and (value > least if above else value >= least)):
+            bound = "above" if above else "at least"
+            raise OptionError(f"{value!r}: must be a finite number {bound} {least:g}")
+        return value
+
+    return convert
+
+
+def choice(*values: str) -> Callable[[str], str]:
+    def convert(text: str) -> str:
+        if text not in values:
+            raise OptionError(f"{text!r}: expected {', '.join(values[:-1])} or {values[-1]}")
+        return text
+
+    return convert
+
+
+def text(what: str) -> Callable[[str], str]:
+    """Any text but none: an empty value would silently mean the default."""
+
+    def convert(value: str) -> str:
+        if not value.strip():
+            raise OptionError(f"{value!r}: expected {what}")
+        return value
+
+    return convert
+
+
+def path(suffix: str = "") -> Callable[[str], str]:
+    """A file or folder name; what is there is checked once the options are all known."""
+
+    def convert(value: str) -> str:
+        if not value or "\0" in value:
+            raise OptionError(f"{value!r}: expected a path")
+        if not value.endswith(suffix):
+            raise OptionError(f"{value!r}: expected a {suffix} file")
+        return value
+
+    convert.is_path = True  # type: ignore[attr-defined]
+    return convert
+
+
+def url(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise OptionError(f"{value!r}: expected an http:// or https:// URL")
+    return value
+
+
+def target(value: str) -> str:
+    if not valid_target(value):
+        raise OptionError(f"{value!r}: expected MODULE:FACTORY, e.g. my_guard:make")
+    return value
+
+
+def shard(value: str) -> tuple[int, int]:
+    k, sep, n = value.partition("/")
+    if not (sep and k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)):
+        raise OptionError(f"{value!r}: expected K/N with 1 <= K <= N, e.g. 2/3")
+    return int(k), int(n)
+
+
+# A spec is claimed by the plugins' hooks at configure time (plugin/specs.py): here, only
+# that there is one.
+spec = text("a spec, e.g. openai:MODEL")
+
+# -- the table ------------------------------------------------------------------------------
+
+Kind = Literal["value", "list", "flag", "optional"]
+# How pytest reads each kind from a config file: a list as shell words or a TOML list.
+INI_TYPE: dict[Kind, Literal["string", "args", "bool"]] = {
+    "value": "string",
+    "list": "args",
+    "flag": "bool",
+    "optional": "string",
+}
+
+
+@dataclass(frozen=True)
+class Option:
+    flag: str
+    help: str
+    # None only for a flag: it takes no value (on the command line, nothing can be wrong).
+    convert: Callable[[str], Any] | None = None
+    kind: Kind = "value"
+    metavar: str | None = None
+    default: Any = None
+    const: str | None = None  # the value of a bare `optional` flag
+
+    @property
+    def key(self) -> str:
+        """The argparse dest and the config-file key."""
+        return self.flag.removeprefix("--").replace("-", "_")
+
+    @property
+    def usage(self) -> str:
+        if self.kind == "flag":
+            return self.flag
+        if self.kind == "optional":
+            return f"{self.flag}[={self.metavar}]"
+        return f"{self.flag} {self.metavar}"
+
+    def described(self) -> str:
+        if self.default is None or self.kind == "flag":
+            return self.help
+        default = f"{self.default:g}" if isinstance(self.default, float) else self.default
+        return f"{self.help} (default {default})"
+
+    def cli(self, value: str) -> Any:
+        """argparse's `type=`: a usage error of one line (argparse's own error would
+        add its usage line)."""
+        assert self.convert is not None
+        try:
+            return self.convert(value)
+        except OptionError as exc:
+            raise pytest.UsageError(f"{self.flag} {exc}") from None
+
+    def from_config(self, raw: object, where: str, folder: Path | None) -> Any:
+        """A value as pytest read it from the config file, converted as on the command
+        line; a path is taken from the config file's folder."""
+        if self.kind == "flag":
+            return bool(raw)  # pytest read it as a boolean
+        assert self.convert is not None
+        try:
+            if self.kind == "list":
+                items = raw if isinstance(raw, list) else [raw]
+                if not items:
+                    raise OptionError("expected at least one value")
+                values = [self._one(item, folder) for item in items]
+                return values
+            if isinstance(raw, list):
+                raise OptionError("expected one value, not a list")
+            return self._one(raw, folder)
+        except OptionError as exc:
+            raise pytest.UsageError(f"{where} {exc}") from None
+
+    def _one(self, raw: object, folder: Path | None) -> Any:
+        assert self.convert is not None
+        # An `ini_options` TOML list keeps its items as TOML wrote them (`[2, 3]`).
+        value = self.convert(raw if isinstance(raw, str) else str(raw))
+        if getattr(self.convert, "is_path", False) and folder is not None:
+            return str(folder / value)
+        return value
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "--vault-model",
+        "model to evaluate, repeatable: openai:MODEL, anthropic:MODEL, "
+        "agent:MODULE:FACTORY (your agent), a control, or a spec another plugin claims; "
+        "default: the five controls " + ", ".join(CONTROL_MODELS),
+        spec,
+        kind="list",
+        metavar="SPEC",
+    ),
+    Option(
+        "--vault-track",
+        "replay track filter, repeatable: A sends the attacker's final message, B the whole "
+        "sequence (the agent answering each message), adaptive lets the attacker write the "
+        "next messages (needs --vault-attacker); default A and B, and adaptive with an attacker",
+        choice("A", "B", "adaptive"),
+        kind="list",
+        metavar="A|B|adaptive",
+    ),
+    Option(
+        "--vault-arch",
+        "architecture filter, repeatable; default both",
+        choice("model", "guarded"),
+        kind="list",
+        metavar="model|guarded",
+    ),
+    Option(
+        "--vault-level",
+        "level filter, 1-5, repeatable; default all five",
+        count(1, 5),
+        kind="list",
+        metavar="N",
+    ),
+    Option(
+        "--vault-guard",
+        "your guard in front of every tool call of the guarded architecture, instead of the "
+        "OAP engine: FACTORY(level, passport_path) returns (tool, arguments) -> bool or "
+        "(bool, reason)",
+        target,
+        metavar="MODULE:FACTORY",
+    ),
+    Option(
+        "--vault-passports",
+        "folder with level-1.json ... level-5.json and levels.toml; default the passports "
+        "shipped inside pytest-vault",
+        path(),
+        metavar="DIR",
+    ),
+    Option(
+        "--vault-results",
+        "write one results row per evaluation (merged across xdist workers) to this file",
+        path(),
+        metavar="FILE.parquet",
+    ),
+    Option(
+        "--vault-strict",
+        "also fail model-alone tests in which a forbidden transfer executed",
+        kind="flag",
+        default=False,
+    ),
+    Option(
+        "--vault-max-steps",
+        "model steps per user message before the turn is cut; never cuts scripted:replay short",
+        count(1, 1000),
+        metavar="N",
+        default=8,
+    ),
+    Option(
+        "--vault-base-url",
+        "an OpenAI-compatible server for openai: models (vLLM, Ollama, llama.cpp, OpenRouter...)",
+        url,
+        metavar="URL",
+    ),
+    Option(
+        "--vault-concurrency",
+        "evaluations in flight at once, for the whole run",
+        count(1, 4096),  # each is a task, and a thread for a sync agent
+        metavar="N",
+        default=16,
+    ),
+    Option(
+        "--vault-rpm",
+        "requests per minute per provider endpoint, for the whole run",
+        number(0, above=True),
+        metavar="N",
+    ),
+    Option(
+        "--vault-tpm",
+        "tokens per minute per provider endpoint, for the whole run",
+        number(0, above=True),
+        metavar="N",
+    ),
+    Option(
+        "--vault-tries",
+        "tries per request on 429, 5xx, timeouts and dropped connections",
+        count(1, 100),
+        metavar="N",
+        default=6,
+    ),
+    Option(
+        "--vault-timeout",
+        "timeout of one provider request",
+        number(0, above=True),
+        metavar="SECONDS",
+        default=120.0,
+    ),
+    Option(
+        "--vault-agent-timeout",
+        "timeout of one reply of an agent: spec, its tool calls included; past it the "
+        "evaluation is an error row",
+        number(0, above=True),
+        metavar="SECONDS",
+        default=600.0,
+    ),
+    Option(
+        "--vault-cache",
+        f"response cache folder; default {DEFAULT_CACHE} in the rootdir",
+        path(),
+        metavar="DIR",
+    ),
+    Option(
+        "--vault-no-cache",
+        "neither read nor write the response cache",
+        kind="flag",
+        default=False,
+    ),
+    Option(
+        "--vault-prices",
+        'price table: ["spec"] input_per_mtok, output_per_mtok (USD per million tokens)',
+        path(),
+        metavar="FILE.toml",
+    ),
+    Option(
+        "--vault-budget-usd",
+        "stop issuing requests once real (uncached) spend reaches X (needs --vault-prices); "
+        "the rest is skipped as not run",
+        number(0, above=False),
+        metavar="X",
+    ),
+    Option(
+        "--vault-shard",
+        "run share K of N (1-based): N CI jobs together run every test exactly once",
+        shard,
+        metavar="K/N",
+    ),
+    Option(
+        "--vault-report",
+        "write the HTML report of this run's rows at the end",
+        path(),
+        metavar="FILE.html",
+    ),
+    Option(
+        "--vault-progress",
+        "at most one progress line per SECONDS (0: none), and only when it says something new",
+        number(0, above=False),
+        metavar="SECONDS",
+        default=15.0,
+    ),
+    Option(
+        "--vault-decisions",
+        "instead of evaluations, one syrupy snapshot test per case with calls "
+        "(FILE::ID[decisions]): each call's decision under the level passports",
+        kind="flag",
+        default=False,
+    ),
+    # CI at real cost: a fair sample for pull requests, a gate against the last release,
+    # and a plan before spending.
+    Option(
+        "--vault-sample",
+        "run a stratified sample of N attacks over level x category (after -k and "
+        "--vault-level), the same on every machine, worker and shard; benign cases stay in full",
+        count(1, 10_000_000),
+        metavar="N",
+    ),
+    Option(
+        "--vault-sample-benign",
+        "also sample the benign cases down to M",
+        count(0, 10_000_000),
+        metavar="M",
+    ),
+    Option(
+        "--vault-seed",
+        "seed of the sample: the same seed, corpus and N, the same cases",
+        count(0, 2**63 - 1),
+        metavar="S",
+        default=0,
+    ),
+    Option(
+        "--vault-baseline",
+        "compare with the last release's results at the end; a regression (a guarded "
+        "unpermitted transfer, a model-alone unpermitted rate significantly up, benign "
+        "completion significantly down) makes the exit status non-zero",
+        path(),
+        metavar="RUN.parquet",
+    ),
+    Option(
+        "--vault-baseline-model",
+        "the baseline's model to compare with, when it holds several",
+        text("a spec"),
+        metavar="SPEC",
+    ),
+    Option(
+        "--vault-baseline-any-corpus",
+        "compare even with a baseline run on another corpus version",
+        kind="flag",
+        default=False,
+    ),
+    Option(
+        "--vault-plan",
+        "collect, print what the run would cost (evaluations, requests, tokens, cache, "
+        "spend), and exit without asking any provider (so needing no key)",
+        choice("text", "json"),
+        kind="optional",
+        metavar="text|json",
+        const="text",
+    ),
+    # The adaptive track: an attacker writes each next message; reported apart.
+    Option(
+        "--vault-attacker",
+        "adaptive attacker: scripted:escalate, openai:MODEL or anthropic:MODEL; adds the "
+        "adaptive track",
+        spec,
+        metavar="SPEC",
+    ),
+    Option(
+        "--vault-rounds",
+        "attacker messages per adaptive evaluation, the seed's first",
+        count(1, 50),
+        metavar="N",
+        default=5,
+    ),
+    Option(
+        "--vault-attacker-sees-policy",
+        "show the attacker a summary of the level's passport (recipients, caps, codes)",
+        kind="flag",
+        default=False,
+    ),
+    Option(
+        "--vault-export-found",
+        "write each adaptive find (an unpermitted transfer) as a corpus line that replays "
+        "on track B",
+        path(".jsonl"),
+        metavar="FILE.jsonl",
+    ),
+    Option(
+        "--vault-judge",
+        "a judge that reads each completed evaluation's transcript, repeatable: openai:MODEL, "
+        "anthropic:MODEL, scripted:judge-final-text, scripted:judge-lenient or "
+        "scripted:judge-always; an audit recorded in judge_verdicts, never a test's outcome",
+        spec,
+        kind="list",
+        metavar="SPEC",
+    ),
+    Option(
+        "--vault-corpus-glob",
+        "which .jsonl files are corpus files",
+        text("a file name pattern"),
+        metavar="PATTERN",
+        default="*.jsonl",
+    ),
+)
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("vault", "pytest-vault: payment-agent attack suite")
+    for option in OPTIONS:
+        more: dict[str, Any] = {"action": "store_true"}
+        if option.kind != "flag":
+            more = {"type": option.cli, "metavar": option.metavar}
+        if option.kind == "list":
+            more["action"] = "append"
+        if option.kind == "optional":
+            more.update(nargs="?", const=option.const)
+        # None: not on the command line, so `settle` looks in the config file.
+        group.addoption(option.flag, dest=option.key, default=None, help=option.described(), **more)
+        parser.addini(option.key, option.described(), type=INI_TYPE[option.kind], default=None)
+
+
+SETTLED: pytest.StashKey[dict[str, str]] = pytest.StashKey()
+
+
+def settle(config: pytest.Config) -> None:
+    """Each option the command line left unset takes its config-file value, through its
+    converter, or else its default; once per config, before any hook reads an option."""
+    if SETTLED in config.stash:
+        return
+    origins: dict[str, str] = {}
+    folder = config.inipath.parent if config.inipath else None
+    for option in OPTIONS:
+        if getattr(config.option, option.key) is not None:
+            continue
+        where = _where(config, option.key)
+        try:
+            raw = config.getini(option.key)
+        except (TypeError, ValueError) as exc:  # pytest's own reading (a TOML type, a bool)
+            said = str(exc).removeprefix(f"{config.inipath}: ")
+            raise pytest.UsageError(f"{where}: {shown(said)}") from None
+        value = option.default
+        if raw is not None:
+            value = option.from_config(raw, where, folder)
+            origins[option.key] = where
+        setattr(config.option, option.key, value)
+    config.stash[SETTLED] = origins
+
+
+def asks(config: pytest.Config) -> bool:
+    """Whether this run may ask a provider: --collect-only and --vault-plan ask nothing,
+    so they need no key, make no cache folder and run no test."""
+    return not config.getoption("collectonly") and config.getoption("vault_plan") is None
+
+
+def origin(config: pytest.Config, key: str) -> str:
+    """How a message names an option: its flag, or the config file and key it came from."""
+    return config.stash[SETTLED].get(key) or "--" + key.replace("_", "-")
+
+
+def _where(config: pytest.Config, key: str) -> str:
+    overrides = config.getoption("override_ini") or ()
+    if any(o.partition("=")[0].strip() == key for o in overrides):
+        return f"-o {key}"
+    inipath = config.inipath
+    if inipath is None:
+        return key
+    try:
+        name = str(inipath.relative_to(config.invocation_params.dir))
+    except ValueError:
+        name = str(inipath)
+    return f"{shown(name)}: {key}"
+
+
+# -- the README's option reference ---------------------------------------------------------
+
+BEGIN = "<!-- options: generated by pytest_vault.plugin.options.reference(); do not edit -->"
+END = "<!-- options: end -->"
+
+
+def reference() -> str:
+    """The README's table of options, between BEGIN and END."""
+
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|")
+
+    lines = [BEGIN, "", "| option | config key | meaning |", "|---|---|---|"]
+    for o in OPTIONS:
+        kind = {"list": " (a list)", "flag": " (true/false)"}.get(o.kind, "")
+        lines.append(f"| `{cell(o.usage)}` | `{o.key}`{kind} | {cell(o.described())} |")
+    return "\n".join([*lines, "", END])
+
+
+if __name__ == "__main__":  # python -m pytest_vault.plugin.options > the README's section
+    print(reference())

@@ -1,0 +1,197 @@
+"""What a run leaves at its end: the results file, the HTML report and the exported finds,
+the summary, and the baseline gate (read at the start, its verdict at the end)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+import pytest
+
+from pytest_vault.core.text import shown
+from pytest_vault.plugin.options import asks
+from pytest_vault.plugin.session import VAULT, VaultSession
+from pytest_vault.plugin.xdist import WORKER_OUTPUT, is_worker
+
+if TYPE_CHECKING:
+    from pytest_vault.report.baseline import Baseline, Gate
+
+BASELINE: pytest.StashKey[Baseline] = pytest.StashKey()
+GATE: pytest.StashKey[Gate] = pytest.StashKey()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Read the baseline before anything is collected or a worker starts: a file that
+    cannot be used is one line, and nothing runs."""
+    config = session.config
+    opts = config.stash[VAULT].options
+    if opts.baseline is None or is_worker(config) or config.getoption("vault_decisions"):
+        return
+    from pytest_vault.report.baseline import BaselineError, read_baseline
+
+    try:
+        config.stash[BASELINE] = read_baseline(opts.baseline, opts.baseline_model)
+    except BaselineError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Refuse a baseline of another corpus version as soon as this run's corpus is known:
+    after collection, before any evaluation (xdist workers evaluate right after it)."""
+    config = session.config
+    vault = config.stash[VAULT]
+    opts = vault.options
+    if opts.baseline is None or opts.baseline_any_corpus or not vault.corpus_digests:
+        return
+    if config.getoption("vault_decisions"):
+        return
+    from pytest_vault.report.baseline import BaselineError, check_corpus, read_corpus
+
+    meta = vault.metadata()
+    try:
+        base = config.stash.get(BASELINE, None)
+        theirs = (base.corpus_digest, base.corpus_files) if base else read_corpus(opts.baseline)
+        check_corpus(opts.baseline, theirs, (meta["corpus_digest"], meta["corpus_files"]))
+    except BaselineError as exc:
+        if not is_worker(config):
+            raise pytest.UsageError(str(exc)) from None
+        # A worker cannot end the run with a usage error (xdist reports a crash): it
+        # reports one collection error, which the controller shows, and runs nothing.
+        session.items.clear()
+        report = pytest.CollectReport("", "failed", str(exc), [])
+        config.hook.pytest_collectreport(report=report)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    vault = config.stash[VAULT]
+    vault.close()
+    if is_worker(config):
+        config.workeroutput[WORKER_OUTPUT] = {  # type: ignore[attr-defined]
+            "corpus": vault.corpus_digests,
+            "passports": vault.passports,
+            "decode": vault.decode_record(),
+            "planned": vault.planned,
+            "planned_run": vault.planned_run,
+            "sample": vault.sample,
+        }
+        return
+    if not asks(config):
+        return  # nothing ran: nothing is written
+    # The results file is written from the rows a row group at a time; one table of
+    # them, made a column at a time, serves the other writers. Never a list of the
+    # run's rows as dicts.
+    store, opts = vault.store, vault.options
+    outputs: list[tuple[str, Path | None, Callable[[VaultSession, Path], None]]] = [
+        ("--vault-results", opts.results if store else None, _write_results),
+        ("--vault-export-found", opts.export_found, _write_found),
+        ("--vault-report", opts.report if store else None, _write_report),
+    ]
+    # Each output is tried: one that fails (a full disk) is one line, never the others.
+    for option, path, write in outputs:
+        if path is None:
+            continue
+        try:
+            write(vault, path)
+        except OSError as exc:
+            from pytest_vault.core.errors import reason
+
+            vault.unwritten[option] = path
+            said = f"{option} {shown(path)}: cannot write: {shown(reason(exc))}"
+            stream(config, "stderr", f"ERROR: {said}\n")
+    if vault.unwritten and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    baseline = config.stash.get(BASELINE, None)
+    if baseline is not None and store:
+        from pytest_vault.report.baseline import EXIT_REGRESSION, compare
+
+        gate = config.stash[GATE] = compare(store.results(), baseline)
+        # Like syrupy's unused snapshots: the run fails even when every test passed.
+        if gate.failed and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = EXIT_REGRESSION
+
+
+def _write_results(vault: VaultSession, path: Path) -> None:
+    vault.store.write_results(path, vault.metadata())
+
+
+def _write_report(vault: VaultSession, path: Path) -> None:
+    from pytest_vault.report.html import write_html
+    from pytest_vault.report.outputs import replacing
+
+    with replacing(path) as partial:
+        write_html(vault.store.results(), [vault.metadata()], partial)
+
+
+def _write_found(vault: VaultSession, path: Path) -> None:
+    """`--vault-export-found`: the adaptive finds as corpus lines, sorted (so any
+    parallelism writes the same file); no find, an empty file."""
+    from pytest_vault.corpus.export import found_file
+    from pytest_vault.report.outputs import replacing
+
+    text, vault.repaired_finds = found_file(vault.store.found() if vault.store else [])
+    with replacing(path) as partial:
+        partial.write_text(text, encoding="utf-8")
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
+    vault = config.stash[VAULT]
+    if not vault.store:
+        return
+    from pytest_vault.report.summary import render
+
+    terminalreporter.section("pytest-vault summary")
+    for line in render(vault.rows, sample=vault.sample):
+        terminalreporter.write_line(line)
+    for label, option, path in (
+        ("results", "--vault-results", vault.options.results),
+        ("report", "--vault-report", vault.options.report),
+    ):
+        if path is not None and option not in vault.unwritten:
+            terminalreporter.write_line(f"{label}: {shown(path)}")
+    repaired = vault.repaired_finds
+    if repaired:
+        terminalreporter.write_line(
+            f"found: {shown(vault.options.export_found)}: {len(repaired)} find(s) repaired "
+            "(text a corpus line cannot hold; see provenance.repaired): "
+            + ", ".join(map(shown, repaired)),
+            yellow=True,
+        )
+    unstored = vault.unstored_answers()
+    if unstored is not None:
+        count, reason = unstored
+        terminalreporter.write_line(
+            f"cache: {count} answer(s) paid for could not be stored (used in this run, asked "
+            f"again next run): {shown(reason)}",
+            yellow=True,
+        )
+    gate = config.stash.get(GATE, None)
+    if gate is not None:
+        from pytest_vault.report.baseline import render as render_gate
+
+        terminalreporter.section("pytest-vault baseline")
+        for line in render_gate(gate):
+            terminalreporter.write_line(line)
+
+
+def stream(config: pytest.Config, name: Literal["stdout", "stderr"], text: str) -> None:
+    """Straight to the process's stdout or stderr, past pytest's capture, as UTF-8."""
+    import contextlib
+    import sys
+
+    from pytest_vault.core.cli import write_all
+
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+        out = getattr(sys, name)
+        buffer = getattr(out, "buffer", None)
+        if buffer is None:
+            out.write(text)
+            out.flush()
+        else:
+            out.flush()
+            write_all(buffer, text.encode("utf-8"))
