@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -545,7 +545,7 @@ class VaultSession:
     def judge_record(self) -> dict[str, Any] | None:
         """The judge prompt the real-model judges were given: file, digest, token cap,
         temperature (always 0); None when no judge asks a provider."""
-        if not self._provider_judges():
+        if not self._our_providers(self.options.judges, "judge"):
             return None
         from pytest_vault.core.errors import FileError
         from pytest_vault.harness.judges import (
@@ -565,12 +565,16 @@ class VaultSession:
             "temperature": TEMPERATURE,
         }
 
-    def _provider_judges(self) -> list[str]:
-        return [j for j in self.options.judges if self.spec(j, "judge").provider]
+    def _our_providers(self, texts: Sequence[str], role: Role) -> list[str]:
+        """The specs that ask one of our providers, with our prompt (judges.toml,
+        attacker.toml): what they ask is known; a plugin's is its own."""
+        from pytest_vault.plugin.specs import ours
+
+        return [t for t in texts if (spec := self.spec(t, role)).provider and ours(spec)]
 
     def _judge_caps(self) -> dict[str, int]:
         """Each real-model judge's token cap, for the plan (checked at configure time)."""
-        real = self._provider_judges()
+        real = self._our_providers(self.options.judges, "judge")
         if not real:
             return {}
         from pytest_vault.harness.judges import judge_prompt_file, load_judge_prompt
@@ -586,20 +590,15 @@ class VaultSession:
 
         from pytest_vault.models.cache import ResponseCache
         from pytest_vault.models.plan import Planned, plan_run
-        from pytest_vault.plugin.specs import ours
 
         opts = self.options
-        specs = [self.spec(text, "model") for text in opts.models]
         providers: dict[str, ProviderModel | str] = {}
-        for spec in specs:
-            # Only our providers' requests can be keyed here; a plugin's are its own.
-            if not spec.provider or not ours(spec):
-                continue
+        # Only our providers' requests can be keyed here; a plugin's are its own.
+        for text in self._our_providers(opts.models, "model"):
             try:
-                providers[spec.text] = self.provider_model(spec.text, keyless=True)
+                providers[text] = self.provider_model(text, keyless=True)
             except Exception as exc:  # noqa: BLE001 - one redacted line, not a traceback
-                reason = safe(f"cannot build the client: {type(exc).__name__}: {exc}")
-                providers[spec.text] = reason
+                providers[text] = safe(f"cannot build the client: {type(exc).__name__}: {exc}")
         built = [m for m in providers.values() if not isinstance(m, str)]
 
         async def close() -> None:
@@ -608,7 +607,7 @@ class VaultSession:
 
         try:
             return plan_run(
-                specs,
+                [self.spec(text, "model") for text in opts.models],
                 [Planned(job.case, job.spec, job.track) for job in jobs],
                 self.levels if jobs else {},
                 max_steps=opts.max_steps,
@@ -625,7 +624,7 @@ class VaultSession:
 
     def _provider_attacker(self) -> str | None:
         spec = self.options.attacker
-        return spec if spec is not None and self.spec(spec, "attacker").provider else None
+        return None if spec is None else next(iter(self._our_providers([spec], "attacker")), None)
 
     def worker_sample(self, record: dict[str, Any] | None) -> None:
         """A worker's sample, on the xdist controller: every worker must have chosen the
