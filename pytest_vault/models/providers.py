@@ -532,29 +532,43 @@ class AnthropicWire:
         await self.client.close()
 
 
+# -- retries -------------------------------------------------------------------------------
+#
+# Ours, with the SDKs' own turned off (`max_retries=0`), and not tenacity's: an SDK retries
+# inside one `post`, out of our sight, so its tries would pass neither this provider's rate
+# limiter nor the spend cap, its Retry-After would hold that one request instead of the
+# provider's others, and nothing would count the tries (progress lines, "after N tries").
+# Nor do the SDKs honour a long Retry-After alike: openai-python gives up beyond 120 s,
+# anthropic's waits. Tenacity could drive the loop, but each of these would remain a
+# callback of ours, and the whole longer than the loop in `ProviderModel._send`.
+
+
 def _status(exc: Exception) -> int | None:
     status = getattr(exc, "status_code", None)
     return status if isinstance(status, int) else None
 
 
 def retry_after(exc: Exception) -> float | None:
-    """Seconds the provider asked us to wait (Retry-After, or retry-after-ms)."""
+    """Seconds the provider asked us to wait (retry-after-ms, or Retry-After in seconds or
+    as an HTTP date), however long; None when it said nothing we can wait for."""
     response = getattr(exc, "response", None)
     headers = getattr(response, "headers", None)
     if headers is None:
         return None
     try:
         if (ms := headers.get("retry-after-ms")) is not None:
-            return max(0.0, float(ms) / 1000)
-        value = headers.get("retry-after")
-        if value is None:
+            seconds = float(ms) / 1000
+        elif (value := headers.get("retry-after")) is None:
             return None
-        try:
-            return max(0.0, float(value))
-        except ValueError:
-            return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
-    except (TypeError, ValueError):
+        else:
+            try:
+                seconds = float(value)
+            except ValueError:
+                seconds = parsedate_to_datetime(value).timestamp() - time.time()
+    except (TypeError, ValueError, OverflowError):
         return None
+    # "inf" would hold every request to the provider for ever; NaN is no number.
+    return max(0.0, seconds) if math.isfinite(seconds) else None
 
 
 def retryable(exc: Exception) -> bool:
@@ -654,10 +668,6 @@ class ProviderModel:
         return answer
 
     async def _ask(self, body: dict[str, Any], key: str, estimate: int) -> Entry:
-        if self._spend.exhausted:
-            raise NotRun(
-                f"spend cap ${self._spend.cap_usd:g} reached before this evaluation finished"
-            )
         try:
             turn, problem = await self._send(body, estimate)
         except InputBlocked as exc:
@@ -686,33 +696,37 @@ class ProviderModel:
         )
 
     async def _send(self, body: dict[str, Any], estimate: int) -> tuple[ModelTurn, str | None]:
-        attempt = 0
+        tries = 0
         while True:
+            # Before every try, retries included: others may have spent the rest meanwhile.
+            if self._spend.exhausted:
+                raise NotRun(
+                    f"spend cap ${self._spend.cap_usd:g} reached before this evaluation finished"
+                )
             # Every try, retries included, spends from the request and token budgets.
             await self._limiter.acquire(estimate)
+            self._stats.requests += 1
             started = time.perf_counter()
             try:
-                self._stats.requests += 1
-                turn, problem = self.wire.read(await self.wire.send(body))
-            except ModelError:
-                raise
+                raw = await self.wire.send(body)
             except Exception as exc:  # noqa: BLE001 - sorted below; nothing passes silently
                 self._limiter.settle(estimate, 0)
                 if self.wire.blocked(exc):
                     raise InputBlocked(self._clean(exc)) from None
                 if self.wire.adapt(exc):
-                    continue  # a decode setting was refused: resend without it (recorded)
-                attempt += 1
-                if not retryable(exc) or attempt >= self._retry.tries:
+                    continue  # a decode setting was refused: resend without it (not a try)
+                tries += 1
+                if not retryable(exc) or tries >= self._retry.tries:
                     raise ModelError(
-                        f"{self.wire.provider}: {self._describe(exc)} (after {attempt} tries)"
+                        f"{self.wire.provider}: {self._describe(exc)} (after {tries} tries)"
                     ) from None
                 asked = retry_after(exc)
                 if asked:
                     self._limiter.pause(asked)  # holds the provider's other requests too
                 self._stats.retries += 1
-                await self._sleep(self._retry.delay(attempt, asked))
+                await self._sleep(self._retry.delay(tries, asked))
                 continue
+            turn, problem = self.wire.read(raw)  # a malformed body is a ModelError: no retry
             self._limiter.settle(estimate, turn.usage.input_tokens + turn.usage.output_tokens)
             latency = round(time.perf_counter() - started, 6)
             return ModelTurn(turn.text, turn.tool_calls, turn.usage, latency), problem

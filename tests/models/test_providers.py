@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+from email.utils import formatdate
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -257,6 +259,35 @@ def test_an_evaluation_cut_by_the_cap_is_not_run(fake: FakeProvider) -> None:
     assert len(fake.requests) == 1
 
 
+def test_the_spend_cap_is_checked_before_every_retry(fake: FakeProvider) -> None:
+    spend = Spend({"openai:test-model": Price(1.0, 1.0)}, cap_usd=1.0)
+
+    class OthersSpend(Sleeps):
+        async def __call__(self, seconds: float) -> None:
+            await super().__call__(seconds)
+            spend.spent_usd = 1.0  # other evaluations reached the cap during the wait
+
+    fake.fail("500")
+    r = run(model("openai", spend=spend, sleeps=OthersSpend()), case(ATTACK))
+    assert (r["status"], r["requested"], r["error"]) == (
+        "not_run",
+        False,
+        "spend cap $1 reached before this evaluation finished",
+    )
+    assert len(fake.requests) == 1  # the 500; the retry was never sent
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_long_retry_after_is_waited_out(fake: FakeProvider, provider: str) -> None:
+    # openai-python's own retries give up on a Retry-After beyond 120 s: ours wait.
+    fake.fail("429:3600")
+    sleeps, stats = Sleeps(), Stats()
+    r = run(model(provider, sleeps=sleeps, stats=stats), case(ATTACK))
+    assert (r["status"], r["error"]) == ("completed", None)
+    assert sleeps.waits == [3600.0]  # the pause it set on the limiter had passed by then
+    assert (stats.retries, stats.requests, len(fake.requests)) == (1, 3, 3)
+
+
 # -- pieces ---------------------------------------------------------------------------------
 
 
@@ -310,16 +341,34 @@ class Failure(Exception):
         self.response = type("R", (), {"headers": Headers(headers)})()
 
 
+NOW = 1_700_000_000.0  # the clock retry_after reads an HTTP date against, in these tests
+
+
 @pytest.mark.parametrize(
     ("headers", "seconds"),
     [
         ({"retry-after": "3"}, 3.0),
+        ({"retry-after": "2.5"}, 2.5),
         ({"retry-after-ms": "1500"}, 1.5),
+        ({"retry-after-ms": "1500", "retry-after": "9"}, 1.5),  # the finer one wins
+        ({"retry-after": "86400"}, 86400.0),  # however long: a day is waited for
+        ({"retry-after": formatdate(NOW + 90, usegmt=True)}, 90.0),
+        ({"retry-after": formatdate(NOW - 90, usegmt=True)}, 0.0),  # past: at once
+        ({"retry-after": "-4"}, 0.0),
         ({}, None),
         ({"retry-after": "soon"}, None),
+        ({"retry-after-ms": "soon"}, None),
+        # No finite wait: the backoff decides (an infinite one would hold the provider's
+        # every request for ever).
+        ({"retry-after": "inf"}, None),
+        ({"retry-after": "1e999"}, None),
+        ({"retry-after-ms": "nan"}, None),
     ],
 )
-def test_retry_after(headers: dict[str, str], seconds: float | None) -> None:
+def test_retry_after(
+    headers: dict[str, str], seconds: float | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("pytest_vault.models.providers.time", SimpleNamespace(time=lambda: NOW))
     assert retry_after(Failure(headers)) == seconds
 
 
