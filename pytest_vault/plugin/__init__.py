@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_vault.plugin.options import add_options, asks, settle
+from pytest_vault.plugin.checks import asks, settle
+from pytest_vault.plugin.options import add_options
 from pytest_vault.plugin.outputs import (
     pytest_collection_finish,
     pytest_sessionfinish,

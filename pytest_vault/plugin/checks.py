@@ -1,6 +1,7 @@
-"""The run's `Options`, from the settled options: what no converter can check alone (an
-option that needs another, a spec the plugins must claim, a file or folder) is checked
-here, once, each problem one usage error naming the option or config key."""
+"""The options settled (the command line over the config file, `settle`), and the run's
+`Options` made of them: what no converter can check alone (an option that needs another,
+a spec the plugins must claim, a file or folder) is checked here, once, each problem one
+usage error naming the option or config key."""
 
 from __future__ import annotations
 
@@ -11,13 +12,65 @@ import pytest
 
 from pytest_vault.core.text import shown
 from pytest_vault.models.specs import CONTROL_MODELS, PROVIDERS
-from pytest_vault.plugin.options import DEFAULT_CACHE, asks, origin
+from pytest_vault.plugin.options import DEFAULT_CACHE, OPTIONS
 from pytest_vault.plugin.session import Options, VaultSession
 
 if TYPE_CHECKING:
     from pytest_vault.harness.agent import Track
     from pytest_vault.harness.bank import Architecture
     from pytest_vault.models.specs import Role, Spec
+
+
+SETTLED: pytest.StashKey[dict[str, str]] = pytest.StashKey()
+
+
+def settle(config: pytest.Config) -> None:
+    """Each option the command line left unset takes its config-file value, through its
+    converter, or else its default; once per config, before any hook reads an option."""
+    if SETTLED in config.stash:
+        return
+    origins: dict[str, str] = {}
+    folder = config.inipath.parent if config.inipath else None
+    for option in OPTIONS:
+        if getattr(config.option, option.key) is not None:
+            continue
+        where = _where(config, option.key)
+        try:
+            raw = config.getini(option.key)
+        except (TypeError, ValueError) as exc:  # pytest's own reading (a TOML type, a bool)
+            said = str(exc).removeprefix(f"{config.inipath}: ")
+            raise pytest.UsageError(f"{where}: {shown(said)}") from None
+        value = option.default
+        if raw is not None:
+            value = option.from_config(raw, where, folder)
+            origins[option.key] = where
+        setattr(config.option, option.key, value)
+    config.stash[SETTLED] = origins
+
+
+def asks(config: pytest.Config) -> bool:
+    """Whether this run may ask a provider: --collect-only and --vault-plan ask nothing,
+    so they need no key, make no cache folder and run no test."""
+    return not config.getoption("collectonly") and config.getoption("vault_plan") is None
+
+
+def origin(config: pytest.Config, key: str) -> str:
+    """How a message names an option: its flag, or the config file and key it came from."""
+    return config.stash[SETTLED].get(key) or "--" + key.replace("_", "-")
+
+
+def _where(config: pytest.Config, key: str) -> str:
+    overrides = config.getoption("override_ini") or ()
+    if any(o.partition("=")[0].strip() == key for o in overrides):
+        return f"-o {key}"
+    inipath = config.inipath
+    if inipath is None:
+        return key
+    try:
+        name = str(inipath.relative_to(config.invocation_params.dir))
+    except ValueError:
+        name = str(inipath)
+    return f"{shown(name)}: {key}"
 
 
 def _dedup(values: list[Any] | None, default: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_vault.core.errors import VaultError
 from pytest_vault.core.text import shown
 from pytest_vault.corpus.load import CorpusError, load_corpus
 from pytest_vault.corpus.model import Case
@@ -66,8 +67,10 @@ def apply_sample(config: pytest.Config, items: list[pytest.Item]) -> None:
         items[:] = [item for item, k in pairs if k]
 
 
-class VaultFailure(Exception):
-    """A test outcome explained in one message, without a traceback."""
+class VaultFailure(VaultError):
+    """A test outcome explained to people in one message, without a traceback: safe to
+    print as every error of ours. Its fields are shown where it is composed, so that a
+    line break in a recipient or a provider's error cannot split the message's lines."""
 
 
 class CorpusFile(pytest.File):

@@ -2,7 +2,7 @@
 
 The converter is argparse's `type=`, so a bad value on the command line is a usage error
 while pytest parses it. Every option can also be set in the config file under its key
-(`[tool.pytest.ini_options]`, pytest.ini, tox.ini, setup.cfg): `settle` reads the keys
+(`[tool.pytest.ini_options]`, pytest.ini, tox.ini, setup.cfg): `checks.settle` reads the keys
 the command line left unset through the same converters, before any hook of ours reads
 an option. The README's option reference is `reference()`.
 
@@ -11,120 +11,29 @@ Nothing heavy is imported here: `pytest --help` reads this table.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 import pytest
 
-from pytest_vault.core.errors import VaultError
-from pytest_vault.core.text import shown
-from pytest_vault.models.specs import CONTROL_MODELS, valid_target
+from pytest_vault.models.specs import CONTROL_MODELS
+from pytest_vault.plugin.convert import (
+    OptionError,
+    choice,
+    count,
+    number,
+    path,
+    shard,
+    spec,
+    target,
+    text,
+    url,
+)
 
 DEFAULT_CACHE = ".vault-cache"
 
-
-class OptionError(VaultError):
-    """A value an option cannot take: said after the option's flag or config key."""
-
-
-# -- converters: text in, a value argparse and execnet can carry (never a Path) out --------
-
-
-def _grouped(n: int) -> str:
-    return f"{n:,}" if n >= 10_000 else str(n)  # 4096, but 10,000,000
-
-
-def count(low: int, high: int) -> Callable[[str], int]:
-    def convert(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise OptionError(f"{text!r}: expected a whole number") from None
-        if not low <= value <= high:
-            raise OptionError(f"must be from {low} to {_grouped(high)}")
-        return value
-
-    return convert
-
-
-def number(least: float, *, above: bool) -> Callable[[str], float]:
-    """A finite float: nan compares false with everything, so `x < 0` alone would let it
-    (or inf) switch a cap off."""
-
-    def convert(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise OptionError(f"{text!r}: expected a number") from None
-        if not (math.isfinite(value) and (value > least if above else value >= least)):
-            bound = "above" if above else "at least"
-            raise OptionError(f"{value!r}: must be a finite number {bound} {least:g}")
-        return value
-
-    return convert
-
-
-def choice(*values: str) -> Callable[[str], str]:
-    def convert(text: str) -> str:
-        if text not in values:
-            raise OptionError(f"{text!r}: expected {', '.join(values[:-1])} or {values[-1]}")
-        return text
-
-    return convert
-
-
-def text(what: str) -> Callable[[str], str]:
-    """Any text but none: an empty value would silently mean the default."""
-
-    def convert(value: str) -> str:
-        if not value.strip():
-            raise OptionError(f"{value!r}: expected {what}")
-        return value
-
-    return convert
-
-
-def path(suffix: str = "") -> Callable[[str], str]:
-    """A file or folder name; what is there is checked once the options are all known."""
-
-    def convert(value: str) -> str:
-        if not value or "\0" in value:
-            raise OptionError(f"{value!r}: expected a path")
-        if not value.endswith(suffix):
-            raise OptionError(f"{value!r}: expected a {suffix} file")
-        return value
-
-    convert.is_path = True  # type: ignore[attr-defined]
-    return convert
-
-
-def url(value: str) -> str:
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise OptionError(f"{value!r}: expected an http:// or https:// URL")
-    return value
-
-
-def target(value: str) -> str:
-    if not valid_target(value):
-        raise OptionError(f"{value!r}: expected MODULE:FACTORY, e.g. my_guard:make")
-    return value
-
-
-def shard(value: str) -> tuple[int, int]:
-    k, sep, n = value.partition("/")
-    if not (sep and k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)):
-        raise OptionError(f"{value!r}: expected K/N with 1 <= K <= N, e.g. 2/3")
-    return int(k), int(n)
-
-
-# A spec is claimed by the plugins' hooks at configure time (plugin/specs.py): here, only
-# that there is one.
-spec = text("a spec, e.g. openai:MODEL")
 
 # -- the table ------------------------------------------------------------------------------
 
@@ -481,58 +390,6 @@ def add_options(parser: pytest.Parser) -> None:
         # None: not on the command line, so `settle` looks in the config file.
         group.addoption(option.flag, dest=option.key, default=None, help=option.described(), **more)
         parser.addini(option.key, option.described(), type=INI_TYPE[option.kind], default=None)
-
-
-SETTLED: pytest.StashKey[dict[str, str]] = pytest.StashKey()
-
-
-def settle(config: pytest.Config) -> None:
-    """Each option the command line left unset takes its config-file value, through its
-    converter, or else its default; once per config, before any hook reads an option."""
-    if SETTLED in config.stash:
-        return
-    origins: dict[str, str] = {}
-    folder = config.inipath.parent if config.inipath else None
-    for option in OPTIONS:
-        if getattr(config.option, option.key) is not None:
-            continue
-        where = _where(config, option.key)
-        try:
-            raw = config.getini(option.key)
-        except (TypeError, ValueError) as exc:  # pytest's own reading (a TOML type, a bool)
-            said = str(exc).removeprefix(f"{config.inipath}: ")
-            raise pytest.UsageError(f"{where}: {shown(said)}") from None
-        value = option.default
-        if raw is not None:
-            value = option.from_config(raw, where, folder)
-            origins[option.key] = where
-        setattr(config.option, option.key, value)
-    config.stash[SETTLED] = origins
-
-
-def asks(config: pytest.Config) -> bool:
-    """Whether this run may ask a provider: --collect-only and --vault-plan ask nothing,
-    so they need no key, make no cache folder and run no test."""
-    return not config.getoption("collectonly") and config.getoption("vault_plan") is None
-
-
-def origin(config: pytest.Config, key: str) -> str:
-    """How a message names an option: its flag, or the config file and key it came from."""
-    return config.stash[SETTLED].get(key) or "--" + key.replace("_", "-")
-
-
-def _where(config: pytest.Config, key: str) -> str:
-    overrides = config.getoption("override_ini") or ()
-    if any(o.partition("=")[0].strip() == key for o in overrides):
-        return f"-o {key}"
-    inipath = config.inipath
-    if inipath is None:
-        return key
-    try:
-        name = str(inipath.relative_to(config.invocation_params.dir))
-    except ValueError:
-        name = str(inipath)
-    return f"{shown(name)}: {key}"
 
 
 # -- the README's option reference ---------------------------------------------------------

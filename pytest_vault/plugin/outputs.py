@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Literal
 import pytest
 
 from pytest_vault.core.text import shown
-from pytest_vault.plugin.options import asks
+from pytest_vault.plugin.checks import asks
 from pytest_vault.plugin.session import VAULT, VaultSession
 from pytest_vault.plugin.xdist import WORKER_OUTPUT, is_worker
 
