@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from pytest_vault.harness.agent import Message, ModelRequest, ToolCall
-from pytest_vault.models.cache import ResponseCache, cache_key, read_entry
+from pytest_vault.models.cache import Answer, ResponseCache, cache_key, read_entry
 from pytest_vault.models.providers import ProviderModel, Retry, Stats, make_wire
 from pytest_vault.models.ratelimit import RateLimiter, Spend
 from pytest_vault.models.specs import parse_spec
@@ -115,7 +115,7 @@ def test_a_stored_answer_reads_back_equal(tmp_path: Path, monkeypatch: pytest.Mo
         assert len(fake.requests) == 1
     stored = (tmp_path / "responses" / key[:2] / f"{key}.json").read_bytes()
     entry = read_entry(stored, key)  # strict: the schema and the key
-    assert entry is not None and entry == cache.get(key)
+    assert isinstance(entry, Answer) and entry == cache.get(key)
     dumped = entry.model_dump()
     assert dumped == {
         "key": key,

@@ -428,8 +428,8 @@ def test_a_request_without_tools_sends_no_tools_key(
             tools,
             0.0,
             10,
-            None,
-            level,  # type: ignore[arg-type]
+            None,  # type: ignore[arg-type]  # no case: the body does not read it
+            level,
         )
         return wire.body(request, "m")
 
