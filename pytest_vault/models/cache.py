@@ -115,7 +115,11 @@ def read_entry(data: bytes, key: str) -> Entry | None:
 
 class Unstored(Exception):
     """An answer that was paid for but could not be stored (a full disk, a folder where
-    its file goes): the answer is still the evaluation's; the message says why."""
+    its file goes): the answer is still the evaluation's; the message says why.
+
+    Control flow, not an error of ours (no `VaultError`): it carries the answer one frame
+    up, to `ProviderModel`, which always catches it and uses the answer; the reason
+    reaches people only as the summary's count, made safe there once."""
 
     def __init__(self, entry: Entry, message: str) -> None:
         super().__init__(message)
