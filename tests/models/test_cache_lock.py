@@ -38,6 +38,7 @@ print(sorted(m for m in sys.modules if m.startswith("pytest_vault.models")))
 """
 
 
+@pytest.mark.slow  # starts pytest in a subprocess: the only way to take fcntl away
 def test_a_provider_run_with_its_cache_needs_no_fcntl(fake: FakeProvider, tmp_path: Path) -> None:
     case = {
         "id": "c1",
