@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from pytest_vault.core.text import json_text
 from pytest_vault.guard.engine import TRANSFER_TOOL, Unreadable, read_transfer
@@ -39,19 +39,63 @@ RECORDED = (
     "input_blocked",
 )
 
-# Column order of a results row; `results.py` gives each its Arrow type.
-COLUMNS = (
-    *("attack_id", "session", "level", "category", "kind", "track", "architecture", "model"),
-    "guard",
-    *RECORDED,
-    *("steps", "truncated", "input_tokens", "output_tokens", "latency_s", "cost_usd", "tool_calls"),
+
+class Column(NamedTuple):
+    """A results column: its name, its type by name (`report/results.py` makes the
+    Arrow type of it), and the rules its values keep. Pyarrow-free, so that the run can
+    hold its rows in column order without importing it."""
+
+    name: str
+    type: str  # str, bool, int8, int32, int64, float64, list<str>, calls
+    required: bool = False  # every row fills it: the tables read it with no default
+    choices: tuple[str, ...] = ()  # the values it may hold: the tables drop any other
+    rule: str = ""  # "level" (1..5), "count" (>= 0), "amount" (finite, >= 0)
+    adaptive: bool = False  # every adaptive row fills it
+    older: bool = False  # files from before it lack it: read as null
+
+
+# A results row, in column order: the one definition of its names, types and rules.
+ROW = (
+    Column("attack_id", "str", required=True),
+    Column("session", "str", required=True),
+    Column("level", "int8", required=True, rule="level"),
+    Column("category", "str", required=True),
+    Column("kind", "str", required=True, choices=("attack", "benign")),
+    Column("track", "str", required=True, choices=("A", "B", "adaptive")),
+    Column("architecture", "str", required=True, choices=("model", "guarded")),
+    Column("model", "str", required=True),
+    Column("guard", "str", older=True),
+    Column("requested", "bool", required=True),
+    Column("paid", "bool", required=True),
+    Column("allowed_calls", "int32", rule="count"),
+    Column("denied_calls", "int32", rule="count"),
+    Column("deny_codes", "list<str>"),
+    Column("paid_allowlisted", "bool", required=True),
+    Column("unpermitted", "bool", required=True),
+    Column("violation", "bool", required=True),
+    Column("completed", "bool"),
+    Column("status", "str", required=True, choices=("completed", "error", "not_run")),
+    Column("error", "str"),
+    Column("input_blocked", "bool"),
+    Column("steps", "int32", rule="count"),
+    Column("truncated", "bool"),
+    Column("input_tokens", "int64", rule="count"),
+    Column("output_tokens", "int64", rule="count"),
+    Column("latency_s", "float64", rule="amount"),
+    Column("cost_usd", "float64", rule="amount"),
+    # Every evaluation logs its calls, if only `[]`: a null log would hide its payments.
+    Column("tool_calls", "calls", required=True),
     # The adaptive track (null on the fixed tracks): attacker messages sent, the first
     # included; the attacker's spec; the strategy of the round that found, or of the last.
-    *("rounds", "attacker", "attacker_strategy"),
+    Column("rounds", "int32", rule="count", adaptive=True, older=True),
+    Column("attacker", "str", adaptive=True, older=True),
+    Column("attacker_strategy", "str", older=True),
     # The judges' audit (JSON: judge spec -> verdict), null when no judge ran: never an
     # event, and never read by one.
-    "judge_verdicts",
+    Column("judge_verdicts", "str", older=True),
 )
+COLUMNS = tuple(c.name for c in ROW)
+assert set(RECORDED) <= set(COLUMNS)
 # Not a results column: an adaptive find as its corpus line (JSON text), carried with
 # its row to the xdist controller for `--vault-export-found`.
 FOUND = "adaptive_found"

@@ -46,12 +46,12 @@ earlier calls are refused now, widens too. Where the old guard stopped before th
 (a suspended or expired passport, a missing idempotency key), the log cannot say
 whether the amount was within them, and only the recipient decides.
 
-Reading the logs: Arrow's JSON reader reads, from every log at once, the fields
-re-scoring needs (`name`, `executed`, `decision`, `transfer`, `permitted`), each typed
-and refused when given twice; the rest of a call is let be, as `vault-report` lets it
-be. A log it refuses is read by `read_log`, strictly and whole, which says what is
-wrong; so is a log that must be read whole (with `--out`, which writes every log back;
-a call with no transfer, whose arguments are judged). Identical logs at one level and
+Reading the logs: `tool_calls` is a typed column (`results.CALLS`) whose rules
+`results.check_table` has checked; the fields re-scoring needs (`name`, `executed`,
+`decision`, `transfer`, `permitted`) are read through Arrow's nested access, each
+distinct `transfer_funds` call made once. A call's arguments are read only where they
+are judged (a call with no transfer that was not merely unreadable), and a log whole
+only to be written back (`--out`). Rows with the same calls at one level and
 architecture are judged once, and each judgment is kept for the transfer and ledger
 state it saw: the same answers, however many rows repeat them.
 """
@@ -62,17 +62,13 @@ import itertools
 import json
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Annotated, Any, NamedTuple, NotRequired
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.json as pj
-from pydantic import Field, StrictBool, StrictInt, StrictStr, TypeAdapter, ValidationError
-from typing_extensions import TypedDict  # pydantic reads only this one on 3.11
 
-from pytest_vault.core.errors import describe
-from pytest_vault.core.text import json_text, shown
+from pytest_vault.core.text import shown
 from pytest_vault.guard.engine import (
     CURRENCY_UNSUPPORTED,
     INVALID_CONTEXT,
@@ -90,7 +86,7 @@ from pytest_vault.harness.bank import PASSPORT_TOOLS
 from pytest_vault.harness.controls import reads_passport
 from pytest_vault.harness.levels import Level
 from pytest_vault.report.formats import render_text
-from pytest_vault.report.results import ResultsError, read_json, scrubbed
+from pytest_vault.report.results import CALL, CALLS, scrubbed
 from pytest_vault.report.tables import Analysis, Bootstrap, merged_metadata
 
 NOTE = (
@@ -117,110 +113,7 @@ def passport_record(levels: Mapping[int, Level]) -> dict[str, Any]:
     return record
 
 
-# -- reading a call log -------------------------------------------------------------------
-
-
-class _Decision(TypedDict):
-    allow: StrictBool
-    codes: list[StrictStr]
-
-
-class _Transfer(TypedDict):
-    recipient: StrictStr
-    amount_minor: Annotated[StrictInt, Field(ge=1)]
-    currency: StrictStr
-    memo: NotRequired[StrictStr | None]
-    idempotency_key: NotRequired[StrictStr | None]
-
-
-class _Call(TypedDict):
-    """What re-scoring reads of a logged call (other keys are let be)."""
-
-    name: StrictStr
-    executed: StrictBool
-    decision: NotRequired[_Decision | None]
-    transfer: NotRequired[_Transfer | None]
-    permitted: NotRequired[StrictBool | None]
-
-
-_CALLS = TypeAdapter(list[_Call])  # the words for a log the fast check refuses
-
-
-class _Refused(ValueError):
-    pass
-
-
-def _refuse(name: str) -> Any:
-    raise _Refused(name)
-
-
-# The C decoder: no hook per object. Duplicate keys are found by the round trip below.
-_FAST = json.JSONDecoder(parse_constant=_refuse)
-
-
-def _optional_text(value: object) -> bool:
-    return value is None or type(value) is str
-
-
-def _valid(calls: object) -> bool:
-    if type(calls) is not list:
-        return False
-    for call in calls:
-        if type(call) is not dict or type(call.get("name")) is not str:
-            return False
-        if type(call.get("executed")) is not bool:
-            return False
-        d = call.get("decision")
-        if d is not None and not (
-            type(d) is dict
-            and type(d.get("allow")) is bool
-            and type(codes := d.get("codes")) is list
-            and all(type(c) is str for c in codes)
-        ):
-            return False
-        t = call.get("transfer")
-        if t is not None and not (
-            type(t) is dict
-            and type(t.get("recipient")) is str
-            and type(amount := t.get("amount_minor")) is int
-            and amount >= 1
-            and type(t.get("currency")) is str
-            and _optional_text(t.get("memo"))
-            and _optional_text(t.get("idempotency_key"))
-        ):
-            return False
-        p = call.get("permitted")
-        if p is not None and type(p) is not bool:
-            return False
-        if call["executed"] and call["name"] == TRANSFER_TOOL and t is None:
-            return False
-    return True
-
-
-def read_log(raw: str | None) -> list[dict[str, Any]]:
-    """A `tool_calls` value read whole and strictly (a key twice, NaN or a number out of
-    range refused anywhere), or a `ResultsError` in words."""
-    text = raw or "[]"
-    try:
-        calls = _FAST.decode(text)
-        # Re-encoded exactly as the bank wrote it: nothing was lost, so no key was twice.
-        lossless = json_text(calls) == text
-    except (ValueError, RecursionError):
-        lossless = False
-    try:
-        if not lossless:
-            calls = read_json(text)  # strict, and slower: says what is wrong
-        if _valid(calls):
-            return list(calls)
-        _CALLS.validate_python(calls)
-    except ResultsError as exc:
-        raise ResultsError(f"tool_calls: {exc}") from None
-    except ValidationError as exc:
-        raise ResultsError(f"tool_calls: {describe(exc).removeprefix('(root): ')}") from None
-    for i, call in enumerate(calls):
-        if call["executed"] and call["name"] == TRANSFER_TOOL and call.get("transfer") is None:
-            raise ResultsError(f"tool_calls: [{i}]: a transfer that executed has no transfer")
-    raise ResultsError("tool_calls: not a call log")  # pragma: no cover - _valid's rules
+# -- reading the calls ----------------------------------------------------------------------
 
 
 class Call(NamedTuple):
@@ -231,137 +124,63 @@ class Call(NamedTuple):
     decision: tuple[bool, tuple[str, ...]] | None  # (allow, codes) as recorded
     transfer: Transfer | None  # the normalized transfer, when the arguments were readable
     permitted: bool | None
-    whole: dict[str, Any] | None  # the logged call itself, when it was read whole
+    arguments: Any = None  # as logged, only where they are judged (see `read_calls`)
 
 
-# Any other tool's call, read by Arrow: it keeps its place in the log, nothing more; a
-# tool whose answer comes from the passport keeps its name too (see `exactness`).
-_OTHER = Call("", False, None, None, None, None)
-_READS = {name: Call(name, False, None, None, None, None) for name in PASSPORT_TOOLS}
+# Any other tool's call: it keeps its place in the log, nothing more; a tool whose
+# answer comes from the passport keeps its name too (see `exactness`).
+_OTHER = Call("", False, None, None, None)
+_KNOWN = [_OTHER, *(Call(name, False, None, None, None) for name in PASSPORT_TOOLS)]
 
 
-def _call(logged: dict[str, Any]) -> Call:
-    d = logged.get("decision")
-    return Call(
-        logged["name"],
-        logged["executed"],
-        None if d is None else (d["allow"], tuple(d["codes"])),
-        _transfer(logged.get("transfer")),
-        logged.get("permitted"),
-        logged,
-    )
-
-
-_TRANSFER_TYPE = pa.struct(
-    [
-        ("recipient", pa.string()),
-        ("amount_minor", pa.int64()),
-        ("currency", pa.string()),
-        ("memo", pa.string()),
-        ("idempotency_key", pa.string()),
-    ]
-)
-_CALL_TYPE = pa.struct(
-    [
-        ("name", pa.string()),
-        ("executed", pa.bool_()),
-        ("decision", pa.struct([("allow", pa.bool_()), ("codes", pa.list_(pa.string()))])),
-        ("transfer", _TRANSFER_TYPE),
-        ("permitted", pa.bool_()),
-    ]
-)
-# Only the fields re-scoring reads, each typed; a field twice is refused, the rest let be.
-_FIELDS = pj.ParseOptions(
-    explicit_schema=pa.schema([("log", pa.list_(_CALL_TYPE))]),
-    unexpected_field_behavior="ignore",
-)
-
-
-def _fields(texts: pa.Array) -> list[list[Call] | None] | None:
-    """Every log's calls at once, with Arrow's JSON reader: None when any log breaks a
-    rule (for `read_log` to say which, in words); a log is None when it must be read
-    whole (a transfer_funds call with no transfer that was not merely unreadable: its
-    arguments are judged)."""
-    text = pa.large_string()  # one document a line, as the reader wants: more than 2 GB too
-    lines = pc.binary_join_element_wise(
-        pa.scalar('{"log": ', text), texts.cast(text), pa.scalar("}\n", text), pa.scalar("", text)
-    )
-    _, offsets, data = lines.buffers()
-    bounds = np.frombuffer(offsets, np.int64)[lines.offset : lines.offset + len(lines) + 1]
-    start, end = int(bounds[0]), int(bounds[-1])
-    try:
-        logs = pj.read_json(pa.BufferReader(data[start:end]), parse_options=_FIELDS)
-    except pa.ArrowException:
-        return None
-    log = logs["log"].combine_chunks()
-    if len(log) != len(texts) or log.null_count:  # a line break inside a log, say
-        return None
-    calls = log.flatten()
-    name, executed, decision, transfer, permitted = calls.flatten()
-    allow, codes = decision.flatten()
-    recipient, amount, currency, memo, key = transfer.flatten()
-    has_decision, has_transfer = decision.is_valid(), transfer.is_valid()
-    readable = pc.and_kleene(
-        pc.is_valid(recipient), pc.and_kleene(pc.is_valid(currency), pc.greater_equal(amount, 1))
-    )
-    broken = [
-        pc.is_null(calls),
-        pc.is_null(name),
-        pc.is_null(executed),
-        pc.and_(has_decision, pc.or_(pc.is_null(allow), pc.is_null(codes))),
-        pc.and_(has_transfer, pc.invert(pc.fill_null(readable, False))),
-        pc.and_(pc.and_(executed, pc.equal(name, TRANSFER_TOOL)), pc.invert(has_transfer)),
-    ]
-    if pc.list_flatten(codes).null_count or any(pc.any(b).as_py() for b in broken):
-        return None
+def read_calls(logs: pa.Array) -> tuple[list[Call], list[int]]:
+    """Every call of checked logs (`tool_calls`, as one array): each distinct call
+    once, and each logged call's index among them, in the logs' order."""
+    calls = pc.list_flatten(logs)
+    field = dict(zip(CALL.names, calls.flatten(), strict=True))
+    name = field["name"]
+    tools = pc.index_in(name, value_set=pa.array(PASSPORT_TOOLS))
+    ids: list[int] = pc.fill_null(pc.add(tools, 1), 0).to_numpy(zero_copy_only=False).tolist()
+    distinct = list(_KNOWN)
     # Only transfer_funds calls are judged: the others keep their place, and nothing else.
-    at = np.flatnonzero(pc.equal(name, TRANSFER_TOOL).to_numpy(zero_copy_only=False))
-    wanted = (has_transfer, recipient, amount, currency, memo, key, executed, has_decision)
-    fields = [c.take(at).to_pylist() for c in (*wanted, allow, codes, permitted)]
-    read: list[Call] = [_OTHER] * len(calls)
-    reads = pc.is_in(name, value_set=pa.array(PASSPORT_TOOLS)).to_numpy(zero_copy_only=False)
-    for j in np.flatnonzero(reads).tolist():
-        read[j] = _READS[name[j].as_py()]
-    made: dict[tuple[Any, ...], Call] = {}  # logs repeat their calls: each is made once
-    whole: list[int] = []
-    for j, ok, r, a, cur, m, k, e, d, al, cd, p in zip(at.tolist(), *fields, strict=True):
-        logged: tuple[str, ...] | None = None if cd is None else tuple(cd)
-        same = (ok, r, a, cur, m, k, e, d, al, logged, p)
-        call = made.get(same)
-        if call is None:
-            made[same] = call = Call(
+    at = pc.indices_nonzero(pc.equal(name, TRANSFER_TOOL))
+    decision = field["decision"]
+    transfer = field["transfer"]
+    allow, codes = decision.flatten()
+    columns = (
+        field["executed"],
+        decision.is_valid(),
+        allow,
+        codes,
+        transfer.is_valid(),
+        *transfer.flatten(),
+        field["permitted"],
+    )
+    values = [c.take(at).to_pylist() for c in columns]
+    made: dict[tuple[Any, ...], int] = {}  # logs repeat their calls: each is made once
+    for j, e, d, al, cd, t, r, a, cur, m, k, p in zip(at.to_pylist(), *values, strict=True):
+        logged: tuple[str, ...] = () if cd is None else tuple(cd)  # checked: never null
+        same = (e, d, al, logged, t, r, a, cur, m, k, p)
+        index = made.get(same)
+        if index is None:
+            call = Call(
                 TRANSFER_TOOL,
                 e,
-                (al, logged) if d and logged is not None else None,
-                Transfer(r, a, cur, m, k) if ok else None,
+                (al, logged) if d else None,
+                Transfer(r, a, cur, m, k) if t else None,
                 p,
-                None,
             )
-        read[j] = call
-        if not ok and call.decision != _UNREADABLE:
-            whole.append(j)
-    offsets = (log.offsets.to_numpy() - log.offsets[0].as_py()).tolist()
-    out: list[list[Call] | None] = [read[first:last] for first, last in itertools.pairwise(offsets)]
-    for i in np.searchsorted(offsets, whole, side="right") - 1:
-        out[i] = None
-    return out
-
-
-def read_logs(
-    texts: pa.Array, *, whole: bool = False, order: Sequence[int] | None = None
-) -> list[list[Call]]:
-    """Every log's calls. A log that breaks a rule is a `ResultsError` whose `row` is
-    its index: the first such in `order`. With `whole`, each log is read whole (to be
-    written back)."""
-    fast = None if whole else _fields(texts)
-    out: list[list[Call] | None] = list(fast or [None] * len(texts))
-    for i in range(len(texts)) if order is None else order:
-        if out[i] is None:
-            try:
-                out[i] = [_call(c) for c in read_log(texts[i].as_py())]
-            except ResultsError as exc:
-                raise ResultsError(str(exc), row=i) from None
-    return [calls or [] for calls in out]
+            index = len(distinct)
+            if call.transfer is None and call.decision != _UNREADABLE:
+                # No transfer, and not an unreadable call (the guard failed, or there is
+                # no decision): its arguments are judged, so it is a call of its own.
+                text = field["arguments"][j].as_py()
+                call = call._replace(arguments=None if text is None else json.loads(text))
+            else:
+                made[same] = index
+            distinct.append(call)
+        ids[j] = index
+    return distinct, ids
 
 
 # -- judging ------------------------------------------------------------------------------------
@@ -427,28 +246,7 @@ class _Outcome(NamedTuple):
     stopped: bool  # a call that executed does not
     flips: list[_Flip]
     reads_passport: bool  # the model read a tool answer that comes from the passport
-    log: str | None
-
-
-def _transfer(logged: Mapping[str, Any] | None) -> Transfer | None:
-    if logged is None:
-        return None
-    return Transfer(
-        logged["recipient"],
-        logged["amount_minor"],
-        logged["currency"],
-        logged.get("memo"),
-        logged.get("idempotency_key"),
-    )
-
-
-# The bank's order of a logged call's keys (`CallRecord.to_dict`), then any others.
-_LOG_KEYS = ("name", "arguments", "executed", "result", "is_error", "decision", "audit")
-_LOG_ORDER = {k: i for i, k in enumerate((*_LOG_KEYS, "transfer", "permitted"))}
-
-
-def _log_order(key: str) -> int:
-    return _LOG_ORDER.get(key, len(_LOG_ORDER))
+    log: list[dict[str, Any]] | None
 
 
 def _verdict(decision: Decision) -> dict[str, Any]:
@@ -456,10 +254,14 @@ def _verdict(decision: Decision) -> dict[str, Any]:
 
 
 def rescore_log(
-    calls: Sequence[Call], guarded: bool, judge: _Judge, *, log: bool = False
+    calls: Sequence[Call],
+    guarded: bool,
+    judge: _Judge,
+    *,
+    log: Sequence[Mapping[str, Any]] | None = None,
 ) -> _Outcome:
-    """Judge one evaluation's calls again, in order, on a fresh ledger. With `log`, the
-    calls must have been read whole."""
+    """Judge one evaluation's calls again, in order, on a fresh ledger. With `log` (the
+    same calls, whole, as `tool_calls` holds them), the new log is made too."""
     judge.fresh()
     guard = judge.guard
     n = allowed = denied = 0
@@ -470,8 +272,8 @@ def rescore_log(
     for i, call in enumerate(calls):
         if call.name != TRANSFER_TOOL:
             reads |= call.name in PASSPORT_TOOLS
-            if log and call.whole is not None:
-                new_log.append(call.whole)
+            if log is not None:
+                new_log.append(dict(log[i]))
             continue
         n += 1
         transfer = call.transfer
@@ -480,7 +282,7 @@ def rescore_log(
         elif call.decision == _UNREADABLE:
             new = _STILL_UNREADABLE  # reading a call does not depend on the passport
         else:  # no transfer, and not an unreadable call: the guard failed, or no decision
-            new = guard.judge_call(TRANSFER_TOOL, call.whole and call.whole.get("arguments"))
+            new = guard.judge_call(TRANSFER_TOOL, call.arguments)
             transfer = new.transfer
         allow, codes = new.allow, new.codes
         executes = (allow and transfer is not None) if guarded else call.executed
@@ -518,18 +320,15 @@ def rescore_log(
                     widening,
                 )
             )
-        if log and call.whole is not None:
-            entry = dict(call.whole, decision=_verdict(new))
+        if log is not None:
+            entry = dict(log[i], decision=_verdict(new))
             if transfer is not None:
-                entry.setdefault("transfer", transfer.to_dict())  # read from the arguments now
+                entry["transfer"] = entry["transfer"] or transfer.to_dict()  # read just now
                 entry["permitted"] = permits
             if guarded:
                 entry["executed"] = executes
-            if executes:
-                entry["audit"] = _verdict(new)
-            else:
-                entry.pop("audit", None)
-            new_log.append({k: entry[k] for k in sorted(entry, key=_log_order)})
+            entry["audit"] = _verdict(new) if executes else None
+            new_log.append(entry)
     return _Outcome(
         n,
         paid,
@@ -543,7 +342,7 @@ def rescore_log(
         stopped,
         flips,
         reads,
-        json_text(new_log) if log else None,
+        new_log if log is not None else None,
     )
 
 
@@ -562,38 +361,6 @@ class Rescored(NamedTuple):
     flipped: np.ndarray | None = None
 
 
-class _Groups(NamedTuple):
-    """Rows with the same log, level and architecture: judged once."""
-
-    of_row: np.ndarray  # each row's group
-    first: np.ndarray  # each group's first row
-    log: np.ndarray  # each group's log, an index into `texts`
-    texts: pa.Array  # each distinct log once, in the order they first appear
-    first_text: np.ndarray  # each text's first row
-
-
-def _groups(table: pa.Table) -> _Groups:
-    encoded = pc.dictionary_encode(table["tool_calls"]).unify_dictionaries()
-    chunks = encoded.chunks
-    texts = chunks[0].dictionary if chunks else pa.array([], pa.string())
-    if pc.any(pc.equal(texts, "")).as_py():
-        texts = pc.if_else(pc.equal(texts, ""), "[]", texts)  # as read_calls reads it
-    texts = pa.concat_arrays([texts, pa.array(["[]"])])  # a null log: the last text
-    index = np.concatenate(
-        [np.zeros(0, np.int64)]
-        + [
-            pc.fill_null(c.indices, len(texts) - 1).to_numpy(zero_copy_only=False).astype(np.int64)
-            for c in chunks
-        ]
-    )
-    level = table["level"].to_numpy().astype(np.int64)
-    key = (index * 5 + level - 1) * 2 + _guarded(table)
-    unique, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    first_text = np.full(len(texts), len(index), np.int64)
-    np.minimum.at(first_text, unique // 10, first)
-    return _Groups(inverse.reshape(-1), first, unique // 10, texts, first_text)
-
-
 def _guarded(table: pa.Table) -> np.ndarray:
     mask = pc.equal(table["architecture"], "guarded")
     return np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
@@ -609,37 +376,33 @@ def rescore(
     """Re-score checked results rows (`results.check_table`) under `levels`' passports.
 
     `now` is the guard's fixed clock. With `logs`, the rows' call logs carry the new
-    decisions. A log that cannot be read is a `ResultsError` naming its first row.
+    decisions.
     """
     judges = {n: _Judge(level.passport, now) for n, level in levels.items()}
-    groups = _groups(table)
-    level_of = table["level"].to_numpy().astype(np.int64)[groups.first].tolist()
+    logged = table["tool_calls"].combine_chunks()
+    distinct, ids = read_calls(logged)
+    bounds = logged.offsets.to_numpy()
+    offsets = (bounds - bounds[0]).tolist() if len(bounds) else [0]
+    level_of = table["level"].to_numpy().astype(np.int64).tolist()
     guarded_rows = _guarded(table)
-    guarded_of = guarded_rows[groups.first].tolist()
-    try:
-        texts = read_logs(groups.texts, whole=logs, order=np.argsort(groups.first_text).tolist())
-    except ResultsError as exc:
-        row = None if exc.row is None else int(groups.first_text[exc.row])
-        raise ResultsError(str(exc), row=row) from None
-    read = [texts[i] for i in groups.log.tolist()]
-    # Logs that differ only where re-scoring does not read are judged once: `done` holds
-    # each outcome once, `of_row` which one each row has.
-    seen: dict[tuple[int, bool, tuple[Call, ...]], int] = {}
+    # Rows with the same calls at one level and architecture are judged once (each row
+    # its own with `logs`: the log written back holds all of it): `done` holds each
+    # outcome once, `of_row` which one each row has.
+    seen: dict[tuple[int, bool, tuple[int, ...]], int] = {}
     done: list[_Outcome] = []
     guarded_done: list[bool] = []
-    which = np.empty(len(read), np.int64)
-    for g, (calls, guarded, level) in enumerate(zip(read, guarded_of, level_of, strict=True)):
-        read_whole = logs or (bool(calls) and calls[0].whole is not None)  # one way a log
-        same = None if read_whole else (level, guarded, tuple(calls))
-        index = None if same is None else seen.get(same)
+    of_row = np.empty(table.num_rows, np.int64)
+    rows = zip(level_of, guarded_rows.tolist(), itertools.pairwise(offsets), strict=True)
+    for r, (level, guarded, (first, last)) in enumerate(rows):
+        same = (level, guarded, tuple(ids[first:last]))
+        index = None if logs else seen.get(same)
         if index is None:
-            index = len(done)
-            done.append(rescore_log(calls, guarded, judges[level], log=logs))
+            index = seen[same] = len(done)
+            calls = [distinct[i] for i in same[2]]
+            whole = logged[r].as_py() if logs else None
+            done.append(rescore_log(calls, guarded, judges[level], log=whole))
             guarded_done.append(guarded)
-            if same is not None:
-                seen[same] = index
-        which[g] = index
-    of_row = which[groups.of_row]
+        of_row[r] = index
     pick_rows = pa.array(of_row)
 
     def column(pick: Callable[[_Outcome], Any], dtype: Any = bool) -> np.ndarray:
@@ -676,7 +439,7 @@ def rescore(
     # Re-judged by our engine, whatever guard the run had.
     new["guard"] = pa.array(["oap" if g else None for g in guarded_rows.tolist()], pa.string())
     if logs:
-        new["tool_calls"] = pa.array([o.log for o in done], pa.string()).take(pick_rows)
+        new["tool_calls"] = pa.array([o.log for o in done], CALLS).take(pick_rows)
     for name, values in new.items():
         table = table.set_column(table.schema.get_field_index(name), name, values)
     return Rescored(

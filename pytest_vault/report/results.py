@@ -32,73 +32,59 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 from typing_extensions import TypedDict  # pydantic reads only this one on 3.11
 
-from pytest_vault.core.errors import describe, reason
+from pytest_vault.core.errors import VaultError, describe, reason
 from pytest_vault.core.json import DATA, Problem
-from pytest_vault.core.text import scrub_url, scrub_urls, shown, stored
+from pytest_vault.core.text import json_text, scrub_url, scrub_urls, shown, stored
 from pytest_vault.corpus.sample import SampleRecord
-from pytest_vault.harness.events import COLUMNS
+from pytest_vault.guard.engine import TRANSFER_TOOL
+from pytest_vault.harness.events import ROW
 from pytest_vault.report.outputs import replacing
 
-SCHEMA = pa.schema(
+# One call of `tool_calls`, in the bank's order of a logged call's keys. `arguments`
+# is the JSON text of the arguments as the bank logged them (a model's raw text is a
+# JSON string, kept whole, however malformed); the rest is typed.
+DECISION = pa.struct([("allow", pa.bool_()), ("codes", pa.list_(pa.string()))])
+TRANSFER = pa.struct(
     [
-        ("attack_id", pa.string()),
-        ("session", pa.string()),
-        ("level", pa.int8()),
-        ("category", pa.string()),
-        ("kind", pa.string()),
-        ("track", pa.string()),
-        ("architecture", pa.string()),
-        ("model", pa.string()),
-        ("guard", pa.string()),
-        ("requested", pa.bool_()),
-        ("paid", pa.bool_()),
-        ("allowed_calls", pa.int32()),
-        ("denied_calls", pa.int32()),
-        ("deny_codes", pa.list_(pa.string())),
-        ("paid_allowlisted", pa.bool_()),
-        ("unpermitted", pa.bool_()),
-        ("violation", pa.bool_()),
-        ("completed", pa.bool_()),
-        ("status", pa.string()),
-        ("error", pa.string()),
-        ("input_blocked", pa.bool_()),
-        ("steps", pa.int32()),
-        ("truncated", pa.bool_()),
-        ("input_tokens", pa.int64()),
-        ("output_tokens", pa.int64()),
-        ("latency_s", pa.float64()),
-        ("cost_usd", pa.float64()),
-        ("tool_calls", pa.string()),
-        ("rounds", pa.int32()),
-        ("attacker", pa.string()),
-        ("attacker_strategy", pa.string()),
-        ("judge_verdicts", pa.string()),
+        ("recipient", pa.string()),
+        ("amount_minor", pa.int64()),
+        ("currency", pa.string()),
+        ("memo", pa.string()),
+        ("idempotency_key", pa.string()),
     ]
 )
-assert tuple(SCHEMA.names) == COLUMNS, "results schema and event columns disagree"
-
+CALL = pa.struct(
+    [
+        ("name", pa.string()),
+        ("arguments", pa.string()),
+        ("executed", pa.bool_()),
+        ("result", pa.string()),
+        ("is_error", pa.bool_()),
+        ("decision", DECISION),
+        ("audit", DECISION),
+        ("transfer", TRANSFER),
+        ("permitted", pa.bool_()),
+    ]
+)
+CALLS = pa.list_(CALL)
+_TYPES = {
+    **{"str": pa.string(), "bool": pa.bool_(), "int8": pa.int8(), "int32": pa.int32()},
+    **{"int64": pa.int64(), "float64": pa.float64(), "list<str>": pa.list_(pa.string())},
+    "calls": CALLS,
+}
+# The row, its types and its rules: all from `harness.events.ROW`.
+SCHEMA = pa.schema([(c.name, _TYPES[c.type]) for c in ROW])
 SORT_KEY = ("attack_id", "model", "track", "architecture")
 LEVELS = range(1, 6)
-# The values a column may hold; the tables would silently drop any other.
-CHOICES: dict[str, tuple[str, ...]] = {
-    "kind": ("attack", "benign"),
-    "track": ("A", "B", "adaptive"),
-    "architecture": ("model", "guarded"),
-    "status": ("completed", "error", "not_run"),
-}
-# Columns every row must fill: the tables read them with no default.
-REQUIRED = (
-    *("attack_id", "session", "level", "category", "kind", "track", "architecture", "model"),
-    *("requested", "paid", "paid_allowlisted", "unpermitted", "violation", "status"),
-    # Every evaluation logs its calls, if only `[]`: a null log would hide its payments.
-    "tool_calls",
-)
-COUNTS = ("allowed_calls", "denied_calls", "rounds", "steps", "input_tokens", "output_tokens")
-AMOUNTS = ("latency_s", "cost_usd")  # finite and >= 0 where present
+CHOICES = {c.name: c.choices for c in ROW if c.choices}
 META_KEY = b"pytest_vault"
+# The layout of the file. Version 1 (no key: every file before it) held `tool_calls` as
+# the log's JSON text; it is read as this one. A newer major version is refused.
+VERSION_KEY = b"pytest_vault.schema"
+VERSION = 2
 
 
-class ResultsError(ValueError):
+class ResultsError(VaultError):
     """A results file that breaks a rule: `field: problem`, and the row when known."""
 
     def __init__(self, message: str, row: int | None = None) -> None:
@@ -110,11 +96,13 @@ class ResultsError(ValueError):
 
 
 def _stored(value: Any) -> Any:
-    """Every string of a row as a UTF-8 column can hold it (lists of strings too)."""
+    """Every string of a row as a UTF-8 column can hold it (in lists and calls too)."""
     if type(value) is str:
         return stored(value)
     if type(value) is list:
         return [_stored(v) for v in value]
+    if type(value) is dict:
+        return {k: _stored(v) for k, v in value.items()}
     return value
 
 
@@ -125,16 +113,33 @@ def _stored(value: Any) -> Any:
 POOL = pa.system_memory_pool()
 
 
+def _column(values: Sequence[Any], kind: pa.DataType) -> pa.Array:
+    if kind != CALLS:
+        return pa.array([_stored(v) for v in values], kind, memory_pool=POOL)
+    # A log as the harness makes it (its JSON text: equal texts are read once), or as a
+    # table holds it (its calls).
+    texts: dict[str, int] = {}
+    logs: list[Any] = []
+    at = []
+    for v in values:
+        if type(v) is str:
+            i = texts.get(v)
+            if i is None:
+                i = texts[v] = len(logs)
+                logs.append(calls_of(v))
+        else:
+            i = len(logs)
+            logs.append(_stored(v))
+        at.append(i)
+    return pc.take(pa.array(logs, CALLS, memory_pool=POOL), pa.array(at, pa.int64()))
+
+
 def table_of(rows: Sequence[Sequence[Any]], names: Sequence[str]) -> pa.Table:
     """Rows held as sequences of values (in `names` order, which hold every column) as
     a table, as `to_table` makes it, one column at a time: no dict per row."""
     at = {name: i for i, name in enumerate(names)}
     return pa.Table.from_arrays(
-        [
-            pa.array([_stored(r[at[f.name]]) for r in rows], f.type, memory_pool=POOL)
-            for f in SCHEMA
-        ],
-        schema=SCHEMA,
+        [_column([r[at[f.name]] for r in rows], f.type) for f in SCHEMA], schema=SCHEMA
     )
 
 
@@ -142,9 +147,7 @@ def to_table(rows: Sequence[Mapping[str, Any]] | pa.Table) -> pa.Table:
     """Rows (or a table of them, extra columns dropped) as a results table."""
     if isinstance(rows, pa.Table):
         return rows.select(SCHEMA.names)
-    return pa.Table.from_pylist(
-        [{k: _stored(v) for k, v in row.items()} for row in rows], schema=SCHEMA
-    )
+    return table_of([[row.get(name) for name in SCHEMA.names] for row in rows], SCHEMA.names)
 
 
 def scrubbed(metadata: Any) -> Any:
@@ -209,7 +212,7 @@ def _write(
     """Row groups, in order, as one results file with this metadata, atomically."""
     # ensure_ascii: exact, and ASCII whatever the metadata holds.
     meta = json.dumps(scrubbed(metadata), sort_keys=True).encode()
-    schema = schema.with_metadata({META_KEY: meta})
+    schema = schema.with_metadata({META_KEY: meta, VERSION_KEY: str(VERSION).encode()})
     # Opened here, not by Arrow: a failure is the system's OSError, with its words
     # ("No space left on device"), for the one line that reports it.
     with (
@@ -349,38 +352,41 @@ def _row(index: int) -> str:
     return f"row {index + 1}"  # rows count from 1, in the file's order
 
 
-def check_table(table: pa.Table) -> pa.Table:
-    """The file's columns as `SCHEMA` types, every value one the tables can use."""
+def check_table(table: pa.Table, version: int = VERSION) -> pa.Table:
+    """The file's columns as `SCHEMA` types, every value one the tables can use; a
+    version-1 file's call logs (JSON text) read as calls."""
     # Files from before a column: an unknown guard; no adaptive track; no judge.
-    for name in ("guard", "rounds", "attacker", "attacker_strategy", "judge_verdicts"):
-        if name not in table.column_names:
-            table = table.append_column(name, pa.nulls(table.num_rows, SCHEMA.field(name).type))
+    for c in ROW:
+        if c.older and c.name not in table.column_names:
+            table = table.append_column(c.name, pa.nulls(table.num_rows, SCHEMA.field(c.name).type))
     missing = [n for n in SCHEMA.names if n not in table.column_names]
     if missing:
         raise ResultsError(f"not a pytest-vault results file (no column {missing[0]!r})")
     columns = []
     for field in SCHEMA:
         column = table[field.name]
-        if not _castable(column.type, field.type):
+        texts = version == 1 and field.type == CALLS  # version 1: the log's JSON text
+        want = pa.string() if texts else field.type
+        if not _castable(column.type, want):
             raise ResultsError(
-                f"column {field.name}: cannot be read as {field.type} (the file has {column.type})"
+                f"column {field.name}: cannot be read as {want} (the file has {column.type})"
             )
         try:
-            column = column.cast(field.type)
+            column = column.cast(want)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             raise ResultsError(
-                f"column {field.name}: cannot be read as {field.type} (the file has {column.type})"
+                f"column {field.name}: cannot be read as {want} (the file has {column.type})"
             ) from None
         try:
             column.validate(full=True)
         except pa.ArrowInvalid:
             raise ResultsError(f"column {field.name}: not valid UTF-8") from None
-        columns.append(column)
+        columns.append(_v1_logs(column) if texts else column)
     table = pa.Table.from_arrays(columns, schema=SCHEMA)
-    for name in REQUIRED:
-        row = _first(pc.is_null(table[name]))
+    for c in ROW:
+        row = _first(pc.is_null(table[c.name])) if c.required else None
         if row is not None:
-            raise ResultsError(f"{_row(row)}: {name}: missing")
+            raise ResultsError(f"{_row(row)}: {c.name}: missing")
     row = _first(pc.invert(pc.is_in(table["level"], pa.array(LEVELS, pa.int8()))))
     if row is not None:
         raise ResultsError(f"{_row(row)}: level: {table['level'][row]} is outside 1..5")
@@ -389,24 +395,24 @@ def check_table(table: pa.Table) -> pa.Table:
         if row is not None:
             got = shown(repr(table[name][row].as_py()))
             raise ResultsError(f"{_row(row)}: {name}: {got} is not one of {', '.join(choices)}")
-    for name in COUNTS:
-        row = _first(pc.less(table[name], 0))
-        if row is not None:
-            raise ResultsError(f"{_row(row)}: {name}: {table[name][row]} is negative")
-    for name in AMOUNTS:
-        row = _first(
-            pc.invert(pc.and_(pc.is_finite(table[name]), pc.greater_equal(table[name], 0)))
-        )
-        if row is not None:
-            raise ResultsError(
-                f"{_row(row)}: {name}: {table[name][row]} is not a finite number >= 0"
-            )
+    for c in ROW:
+        column = table[c.name]
+        if c.rule == "count":
+            row = _first(pc.less(column, 0))
+            if row is not None:
+                raise ResultsError(f"{_row(row)}: {c.name}: {column[row]} is negative")
+        elif c.rule == "amount":
+            row = _first(pc.invert(pc.and_(pc.is_finite(column), pc.greater_equal(column, 0))))
+            if row is not None:
+                raise ResultsError(
+                    f"{_row(row)}: {c.name}: {column[row]} is not a finite number >= 0"
+                )
     adaptive = pc.equal(table["track"], "adaptive")
-    for name in ("rounds", "attacker"):
-        row = _first(pc.and_(adaptive, pc.is_null(table[name])))
+    for c in ROW:
+        row = _first(pc.and_(adaptive, pc.is_null(table[c.name]))) if c.adaptive else None
         if row is not None:
-            raise ResultsError(f"{_row(row)}: {name}: missing on an adaptive row")
-    _check_logs(table["tool_calls"])
+            raise ResultsError(f"{_row(row)}: {c.name}: missing on an adaptive row")
+    _check_calls(table["tool_calls"])
     _check_verdicts(table)
     return table
 
@@ -417,6 +423,8 @@ def _kind(kind: pa.DataType) -> object:
         return _kind(kind.value_type)
     if pa.types.is_list(kind) or pa.types.is_large_list(kind):
         return ("list", _kind(kind.value_type))
+    if pa.types.is_struct(kind):
+        return ("struct", tuple((f.name, _kind(f.type)) for f in kind))
     for name, test in _KINDS:
         if test(kind):
             return name
@@ -439,15 +447,71 @@ def _castable(have: pa.DataType, want: pa.DataType) -> bool:
     return got == need or pa.types.is_null(have) or (got, need) == ("int", "float")
 
 
-def _check_logs(column: pa.ChunkedArray) -> None:
-    """Every call log is the log's JSON. Logs repeat (the same calls in many rows), so
-    each distinct one is read once; the first bad row is then named."""
-    for raw in pc.unique(column).to_pylist():
+def _v1_logs(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Version-1 call logs (the log's JSON text) as calls. Logs repeat (the same calls
+    in many rows), so each distinct one is read once, in the order of the rows: the
+    first bad row is named."""
+    encoded = pc.dictionary_encode(column).combine_chunks()
+    logs = []
+    for i, raw in enumerate(encoded.dictionary.to_pylist()):
         try:
-            read_calls(raw)
+            logs.append(calls_of(raw))
         except ResultsError as exc:
-            row = _first(pc.equal(column, pa.scalar(raw, pa.string())))
+            row = _first(pc.equal(encoded.indices, i))
             raise ResultsError(f"{_row(row or 0)}: {exc}") from None
+    return pa.chunked_array([pc.take(pa.array(logs, CALLS), encoded.indices)], CALLS)
+
+
+def _check_calls(column: pa.ChunkedArray) -> None:
+    """Every logged call keeps the rules of a call: the first bad one is named."""
+    logs = column.combine_chunks()
+    calls = pc.list_flatten(logs)
+    if not len(calls):
+        return
+    f = dict(zip(CALL.names, calls.flatten(), strict=True))
+    rules = [(pc.is_null(calls), ": missing")]
+    rules += [(pc.is_null(f[k]), f".{k}: missing") for k in ("name", "executed")]
+    for name in ("decision", "audit"):
+        decision = dict(zip(DECISION.names, f[name].flatten(), strict=True))
+        for k, v in decision.items():
+            rules.append((pc.and_(f[name].is_valid(), pc.is_null(v)), f".{name}.{k}: missing"))
+        codes = decision["codes"]
+        empty = pc.list_flatten(codes).is_null()
+        bad = np.zeros(len(calls), bool)
+        bad[pc.list_parent_indices(codes).filter(empty).to_numpy()] = True
+        rules.append((pa.array(bad), f".{name}.codes: a code is missing"))
+    transfer = dict(zip(TRANSFER.names, f["transfer"].flatten(), strict=True))
+    for k in ("recipient", "amount_minor", "currency"):
+        rules.append(
+            (pc.and_(f["transfer"].is_valid(), pc.is_null(transfer[k])), f".transfer.{k}: missing")
+        )
+    rules.append((pc.less(transfer["amount_minor"], 1), ".transfer.amount_minor: below 1"))
+    paid = pc.and_(f["executed"], pc.equal(f["name"], TRANSFER_TOOL))
+    rules.append(
+        (pc.and_(paid, f["transfer"].is_null()), ": a transfer that executed has no transfer")
+    )
+    found = [(at, said) for mask, said in rules if (at := _first(mask)) is not None]
+    if found:
+        at, said = min(found, key=lambda x: x[0])
+        row = int(pc.list_parent_indices(logs)[at].as_py())
+        start = logs.offsets[row].as_py() - logs.offsets[0].as_py()
+        raise ResultsError(f"{_row(row)}: tool_calls: [{at - start}]{said}")
+
+
+def read_version(raw: bytes | None) -> int:
+    """The layout's major version (no key: version 1), or a `ResultsError`."""
+    if raw is None:
+        return 1
+    text = raw.decode("utf-8", "replace")
+    match = re.fullmatch(r"([1-9][0-9]{0,8})(\.[0-9]{1,9})?", text)
+    if match is None:
+        raise ResultsError(f"results schema version {shown(repr(text))} is not a version")
+    if int(match[1]) > VERSION:
+        raise ResultsError(
+            f"results schema version {text} is newer than this pytest-vault reads "
+            f"({VERSION}); upgrade pytest-vault"
+        )
+    return int(match[1])
 
 
 def read_table(path: Path) -> tuple[pa.Table, dict[str, Any]]:
@@ -467,47 +531,101 @@ def read_table(path: Path) -> tuple[pa.Table, dict[str, Any]]:
             table = pq.read_table(file)
     except (OSError, pa.ArrowException) as exc:
         raise ResultsError(f"cannot read as Parquet: {shown(exc)}") from None
-    metadata = read_metadata((table.schema.metadata or {}).get(META_KEY, b"{}"))
-    return check_table(table), metadata
+    raw = table.schema.metadata or {}
+    version = read_version(raw.get(VERSION_KEY))
+    metadata = read_metadata(raw.get(META_KEY, b"{}"))
+    return check_table(table, version), metadata
 
 
 def read_results(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A results file's rows as the harness makes them: each log as its JSON text."""
     table, metadata = read_table(path)
-    return table.to_pylist(), metadata
+    rows = table.to_pylist()
+    for row in rows:
+        row["tool_calls"] = log_text(row["tool_calls"])
+    return rows, metadata
 
 
 # -- the call log ------------------------------------------------------------------------------
+
+
+class LoggedDecision(TypedDict):
+    allow: StrictBool
+    codes: list[StrictStr]
 
 
 class LoggedTransfer(TypedDict):
     """A transfer as the guard normalized it, in a logged call."""
 
     recipient: StrictStr
-    amount_minor: StrictInt
+    amount_minor: Annotated[StrictInt, Field(ge=1, le=2**63 - 1)]
     currency: StrictStr
     memo: NotRequired[StrictStr | None]
+    idempotency_key: NotRequired[StrictStr | None]
 
 
 class LoggedCall(TypedDict):
-    """One call of `tool_calls`: the keys the tables read (others are let be)."""
+    """One call of a version-1 log's JSON (other keys are let be)."""
 
     name: StrictStr
+    arguments: NotRequired[Any]
     executed: StrictBool
-    permitted: NotRequired[StrictBool | None]
+    result: NotRequired[StrictStr | None]
+    is_error: NotRequired[StrictBool | None]
+    decision: NotRequired[LoggedDecision | None]
+    audit: NotRequired[LoggedDecision | None]
     transfer: NotRequired[LoggedTransfer | None]
+    permitted: NotRequired[StrictBool | None]
 
 
 _CALLS = TypeAdapter(list[LoggedCall])
 
 
-def read_calls(raw: str | None) -> list[LoggedCall]:
-    """A `tool_calls` value, or a `ResultsError` naming the problem."""
+def calls_of(raw: str | None) -> list[dict[str, Any]]:
+    """A log's JSON text (as the harness writes it, and version-1 files hold it) as the
+    calls of `tool_calls`, or a `ResultsError` naming the problem."""
     try:
-        return _CALLS.validate_python(read_json(raw or "[]"))
+        calls = _CALLS.validate_python(read_json(raw or "[]"))
     except ResultsError as exc:
         raise ResultsError(f"tool_calls: {exc}") from None
     except ValidationError as exc:
         raise ResultsError(f"tool_calls: {describe(exc).removeprefix('(root): ')}") from None
+    return [
+        _stored(
+            {
+                **dict.fromkeys(CALL.names),
+                **call,
+                # Exact: the JSON text of what was logged (lone surrogates escaped).
+                "arguments": None
+                if call.get("arguments") is None
+                else json_text(call["arguments"]),
+            }
+        )
+        for call in calls
+    ]
+
+
+def log_text(calls: Sequence[Mapping[str, Any]] | None) -> str:
+    """The calls of `tool_calls` as the log's JSON text, with the bank's keys: what
+    `calls_of` reads (a transfer and whether it was permitted go together)."""
+    out = []
+    for call in calls or ():
+        logged = {k: call[k] for k in ("name", "arguments", "executed", "result", "is_error")}
+        if logged["arguments"] is not None:
+            logged["arguments"] = json.loads(logged["arguments"])
+        for k in ("decision", "audit"):
+            if call[k] is not None:
+                logged[k] = call[k]
+        if call["transfer"] is not None:
+            logged["transfer"] = call["transfer"]
+            logged["permitted"] = call["permitted"]
+        out.append(logged)
+    return json_text(out)
+
+
+def read_calls(calls: Sequence[Mapping[str, Any]] | None) -> list[Mapping[str, Any]]:
+    """A checked table's `tool_calls` value (its calls, each key there)."""
+    return list(calls or ())
 
 
 # -- the judges' verdicts ----------------------------------------------------------------------
@@ -573,7 +691,7 @@ def _check_verdicts(table: pa.Table) -> None:
 # -- reading and merging results files ---------------------------------------------------
 
 
-class ReportError(ValueError):
+class ReportError(VaultError):
     """A results file that cannot be read; one line naming it."""
 
 

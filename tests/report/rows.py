@@ -3,7 +3,14 @@ does not name at a plain default (a completed model-alone attack that did nothin
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from pytest_vault.report.results import SCHEMA
 
@@ -33,3 +40,21 @@ def row(**over: Any) -> dict[str, Any]:
         "tool_calls": "[]",
     }
     return base | over
+
+
+# Version 1 of the file (every results file before the schema version): `tool_calls`
+# the log's JSON text, and no version in the metadata. Written here with pyarrow itself,
+# as that version's writer wrote it, for the readers that convert it.
+V1_SCHEMA = SCHEMA.set(SCHEMA.get_field_index("tool_calls"), pa.field("tool_calls", pa.string()))
+SORT_KEY = ("attack_id", "model", "track", "architecture")
+
+
+def v1_table(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
+    """Rows (each log as its JSON text) as version 1 held them: sorted, as it wrote them."""
+    table = pa.Table.from_pylist([dict(r) for r in rows], schema=V1_SCHEMA)
+    return table.take(pc.sort_indices(table, [(k, "ascending") for k in SORT_KEY]))
+
+
+def write_v1(rows: Sequence[Mapping[str, Any]], path: Path, metadata: Mapping[str, Any]) -> None:
+    meta = {b"pytest_vault": json.dumps(metadata, sort_keys=True).encode()}
+    pq.write_table(v1_table(rows).replace_schema_metadata(meta), path)

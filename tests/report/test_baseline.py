@@ -24,7 +24,7 @@ from pytest_vault.report.baseline import (
     read_corpus,
     render,
 )
-from pytest_vault.report.results import SCHEMA, to_table, write_results
+from pytest_vault.report.results import SCHEMA, to_table, write_results, write_table
 from pytest_vault.report.stats import bootstrap_p
 from pytest_vault.report.tables import RESAMPLES, SEED
 
@@ -349,7 +349,7 @@ def test_bad_baseline_files_are_one_line_each(tmp_path: Path) -> None:
     bad_row = to_table([row(level=2)]).set_column(
         SCHEMA.get_field_index("status"), "status", pa.array(["done"])
     )
-    pq.write_table(bad_row, tmp_path / "status.parquet")
+    write_table(bad_row, tmp_path / "status.parquet", {})
     assert refusal(tmp_path / "status.parquet") == (
         f"--vault-baseline {tmp_path}/status.parquet: row 1: status: 'done' is not one of "
         "completed, error, not_run"

@@ -11,13 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import pytest
 
 from pytest_vault.guard.folder import SHIPPED
 from pytest_vault.report.__main__ import main
 from pytest_vault.report.formats import render_text
-from pytest_vault.report.results import SCHEMA, load, read_results, write_results
+from pytest_vault.report.results import SCHEMA, load, read_results, to_table, write_results
 from pytest_vault.report.stats import benjamini_hochberg
 from pytest_vault.report.tables import Analysis, Bootstrap
 
@@ -280,7 +279,7 @@ def test_incomplete_cells_are_marked_never_zero() -> None:
         }
         for i, status in enumerate(["completed", "error", "not_run"])
     ]
-    table = pa.Table.from_pylist(rows, schema=SCHEMA)
+    table = to_table(rows)
     a = Analysis(table, [{"planned": {"m|model|2|attack|A": 5}}], Bootstrap(100))
     [cell] = a.coverage()
     assert cell == {

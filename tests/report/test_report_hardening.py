@@ -26,7 +26,7 @@ from pytest_vault.report.formats import render_text, write_csv
 from pytest_vault.report.html import write_html
 from pytest_vault.report.results import SCHEMA, write_results
 
-from .rows import row
+from .rows import V1_SCHEMA, row
 
 # A lone surrogate, an OSC title sequence (ESC ... BEL), a bidi override and HTML.
 HOSTILE = "a\ud800b\x1b]0;pwned\x07c\u202ed<script>alert(1)</script>"
@@ -162,8 +162,17 @@ def test_parquet_writer_survives_lone_surrogates_and_keeps_text_exact(tmp_path: 
     )
     assert "\x1b" in model_alone["category"]  # exact: only the surrogate is escaped
     assert rows[("model", "B")]["error"] == stored(HOSTILE)
-    # tool_calls stays exact JSON: it reads back as the very calls, surrogate included.
-    assert json.loads(model_alone["tool_calls"]) == CALLS
+    # A call's arguments stay exact JSON text: they read back as the very arguments,
+    # surrogate included; its other texts are stored as every column stores them.
+    [call] = model_alone["tool_calls"]
+    assert json.loads(call["arguments"]) == CALLS[0]["arguments"]
+    assert call["transfer"] == {
+        "recipient": stored(f"{HOSTILE}@evil.test"),
+        "amount_minor": 500,
+        "currency": "USD",
+        "memo": stored(HOSTILE),
+        "idempotency_key": None,
+    }
     meta = table.schema.metadata[b"pytest_vault"]
     assert json.loads(meta.decode("ascii")) == {"models": [MODEL], "note": HOSTILE}
 
@@ -266,8 +275,9 @@ def test_csv_numbers_stay_numbers_and_text_that_looks_like_arithmetic_is_text(
 
 
 def table(rows: list[dict[str, Any]] | None = None) -> pa.Table:
+    """A version-1 file's rows (no schema version: its logs are JSON text)."""
     rows = rows or [row(attack_id=f"a{i}") for i in range(1, 4)]
-    return pa.Table.from_pylist(rows, schema=SCHEMA)
+    return pa.Table.from_pylist(rows, schema=V1_SCHEMA)
 
 
 def with_meta(raw: bytes) -> Callable[[], pa.Table]:

@@ -18,24 +18,17 @@ from pytest_vault.corpus.load import load_corpus
 from pytest_vault.corpus.model import Case
 from pytest_vault.guard.folder import SHIPPED
 from pytest_vault.harness.agent import evaluate
+from pytest_vault.harness.bank import PASSPORT_TOOLS
 from pytest_vault.harness.controls import CONTROLS
 from pytest_vault.harness.events import row
 from pytest_vault.harness.levels import Level, load_levels
 from pytest_vault.report.__main__ import main
-from pytest_vault.report.rescore import (
-    Call,
-    Rescored,
-    _fields,
-    read_log,
-    read_logs,
-    render,
-    rescore,
-    result,
-)
-from pytest_vault.report.results import load, to_table, write_results
+from pytest_vault.report.rescore import Rescored, read_calls, render, rescore, result
+from pytest_vault.report.results import load, log_text, to_table, write_results
 from pytest_vault.report.tables import Analysis, Bootstrap
 
 from ..conftest import EVENTS
+from .rows import write_v1
 
 pytest_plugins = ["pytester"]
 ROOT = Path(__file__).resolve().parents[2]
@@ -214,8 +207,8 @@ def test_the_very_passports_give_zero_flips_and_the_same_rows(shipped: dict[int,
     assert rescored.flips == []
     assert rescored.calls == sum(
         1
-        for raw in table["tool_calls"].to_pylist()
-        for c in json.loads(raw)
+        for calls in table["tool_calls"].to_pylist()
+        for c in calls
         if c["name"] == "transfer_funds"
     )
     assert rescored.calls > 3000
@@ -425,12 +418,12 @@ def test_unreadable_arguments_stay_denied(recorded: pa.Table, tmp_path: Path) ->
     }
     assert all(f["widening"] for f in rescored.flips)
     for arch, r in rows_of(rescored, "l2-mixed").items():
-        last = read_log(r["tool_calls"])[3]
+        last = r["tool_calls"][3]
         assert (last["executed"], last["decision"]) == (
             False,
             {"allow": False, "codes": ["oap.invalid_context"]},
         ), arch
-        assert "transfer" not in last
+        assert (last["transfer"], last["audit"]) == (None, None)
 
 
 def test_a_suspended_passport_changes_codes_not_widening(
@@ -492,20 +485,27 @@ UNDECIDED = json.dumps(
 )
 
 
-def test_the_fast_reader_and_the_whole_reader_agree(recorded: pa.Table) -> None:
-    texts = pa.array([*sorted(set(recorded["tool_calls"].to_pylist())), UNDECIDED])
-    fast = _fields(texts)
-    assert fast is not None
-    # Only the undecided call needs its log read whole; an unreadable call (l2-mixed)
-    # stays denied as logged: reading does not depend on the passport.
-    assert [i for i, calls in enumerate(fast) if calls is None] == [len(texts) - 1]
-    whole = read_logs(texts, whole=True)
-    assert all(c.whole is not None for calls in whole for c in calls)
-
-    def judged(calls: list[Call]) -> list[Call | None]:
-        return [c._replace(whole=None) if c.name == "transfer_funds" else None for c in calls]
-
-    assert [judged(calls) for calls in read_logs(texts)] == [judged(calls) for calls in whole]
+def test_each_distinct_call_is_read_once_and_only_an_undecided_one_with_its_arguments(
+    recorded: pa.Table,
+) -> None:
+    undecided = to_table([{"tool_calls": UNDECIDED}] * 2)["tool_calls"]
+    logs = pa.concat_arrays([recorded["tool_calls"].combine_chunks(), *undecided.chunks])
+    distinct, ids = read_calls(logs)
+    calls = [c for log in logs.to_pylist() for c in log]
+    assert len(ids) == len(calls) == 16 * 2 + 2 * 2  # the cases' calls in both architectures
+    keys = ("executed", "decision", "transfer", "permitted")
+    transfers = {json.dumps([c[k] for k in keys]) for c in calls if c["name"] == "transfer_funds"}
+    # The other tools, then each transfer_funds call once; each undecided one on its own.
+    assert len(distinct) == 1 + len(PASSPORT_TOOLS) + len(transfers) - 1 + 2
+    assert [distinct[i].name for i in ids] == [
+        c["name"] if c["name"] in ("transfer_funds", *PASSPORT_TOOLS) else "" for c in calls
+    ]
+    with_arguments = [(i, c.arguments) for i, c in enumerate(distinct) if c.arguments is not None]
+    assert with_arguments == [
+        (len(distinct) - 2, {"recipient": RENT, "amount": 5}),
+        (len(distinct) - 1, {"recipient": RENT, "amount": 5}),
+    ]
+    assert ids[-4:] == [0, len(distinct) - 2, 0, len(distinct) - 1]
 
 
 def test_an_undecided_call_is_judged_from_its_arguments(
@@ -526,27 +526,18 @@ def test_an_undecided_call_is_judged_from_its_arguments(
     assert (row["paid"], row["paid_allowlisted"], row["allowed_calls"]) == (True, True, 1)
 
 
-def test_logs_the_fast_reader_refuses_are_read_whole(recorded: pa.Table, tmp_path: Path) -> None:
-    rows = recorded.to_pylist()
-    [i] = [
-        i
-        for i, r in enumerate(rows)
-        if (r["attack_id"], r["architecture"]) == ("l2-new", "guarded")
-    ]
-    calls = json.loads(rows[i]["tool_calls"])
-    calls[0]["transfer"]["amount_minor"] = 2**70  # more than Arrow's int64 holds
-    rows[i]["tool_calls"] = json.dumps(calls, indent=2)  # and line breaks inside the log
-    table = to_table(rows)
-    assert _fields(table["tool_calls"].combine_chunks()) is None
+def test_a_version_1_log_is_read_as_calls_however_it_was_laid_out(
+    recorded: pa.Table, tmp_path: Path
+) -> None:
+    rows = [{**r, "tool_calls": log_text(r["tool_calls"])} for r in recorded.to_pylist()]
+    spaced = [{**r, "tool_calls": json.dumps(json.loads(r["tool_calls"]), indent=2)} for r in rows]
+    write_v1(rows, tmp_path / "compact.parquet", {})
+    write_v1(spaced, tmp_path / "spaced.parquet", {})
+    compact, laid_out = (load([tmp_path / f]).table for f in ("compact.parquet", "spaced.parquet"))
+    assert compact.equals(laid_out)
     folder = edited(tmp_path, 2, lambda p: charge(p)["allowed_merchant_ids"].append(NEW))
-    flips = rescore(table, load_levels(folder), NOW).flips
-    first = [f for f in flips if (f["attack_id"], f["architecture"]) == ("l2-new", "guarded")]
-    assert [(f["call_index"], f["amount_minor"], f["new_codes"]) for f in first] == [
-        # Beyond any amount the guard's reader makes: refused as such, not judged as
-        # a limit (a log is hostile input, and judge_transfer holds it to the reader).
-        (0, 2**70, ["oap.invalid_context"]),
-        (1, 30000, ALLOWED),
-    ]
+    levels = load_levels(folder)
+    assert rescore(laid_out, levels, NOW).flips == rescore(recorded, levels, NOW).flips != []
 
 
 def test_no_rows(shipped: dict[int, Level]) -> None:
@@ -602,7 +593,7 @@ def test_json_labels_and_out_file(
     assert meta["passports"] == got["passports"]
     assert meta["recorded_passports"]["2"]["sha256"] == "x"
     rows = {(r["attack_id"], r["architecture"]): r for r in loaded.table.to_pylist()}
-    logged = read_log(rows["l2-new", "guarded"]["tool_calls"])
+    logged = rows["l2-new", "guarded"]["tool_calls"]
     assert [(c["executed"], c["decision"]["allow"], c["permitted"]) for c in logged] == [
         (True, True, True)
     ] * 2
@@ -852,6 +843,12 @@ def test_an_empty_allowlist_warns_in_one_line(
             '[{"name": "transfer_funds", "executed": false, "decision": {"allow": 1, "codes": []}}]',
             "tool_calls: [0].decision.allow: Input should be a valid boolean",
         ),
+        (
+            '[{"name": "transfer_funds", "executed": false, "transfer": '
+            '{"recipient": "a", "amount_minor": 1180591620717411303424, "currency": "USD"}}]',
+            "tool_calls: [0].transfer.amount_minor: Input should be less than or equal to "
+            "9223372036854775807",
+        ),
     ],
 )
 def test_a_malformed_log_is_one_line_naming_file_and_row(
@@ -861,11 +858,11 @@ def test_a_malformed_log_is_one_line_naming_file_and_row(
     log: str,
     message: str,
 ) -> None:
-    rows = recorded.to_pylist()
+    rows = [{**r, "tool_calls": log_text(r["tool_calls"])} for r in recorded.to_pylist()]
     rows[2]["tool_calls"] = log
     rows[5]["tool_calls"] = log + " "  # a later row, also bad: the first is named
     path = tmp_path / "bad.parquet"
-    write_results(rows, path, {})
+    write_v1(rows, path, {})  # a version-1 file: its logs are JSON text, read on reading
     out = tmp_path / "out.parquet"
     argv = ["rescore", str(path), "--passports", str(SHIPPED), "--out", str(out)]
     # Rows are written sorted by attack, model, track, architecture: find row 3's place.
