@@ -87,7 +87,7 @@ def test_judge_request_cache_and_spend_apart_from_the_agents(
     # Two cases x two architectures: four transcripts, three distinct (the permitted
     # payment reads the same in both architectures), so three judge requests.
     judge_server.reply(*[YES] * 3)
-    pytester.runpytest_subprocess(
+    pytester.runpytest(
         *args, f"--vault-judge={JUDGE}", "--vault-cache=cache", "--vault-results=a.parquet"
     ).assert_outcomes(passed=4)
     assert len(judge_server.requests) == 3
@@ -120,7 +120,7 @@ def test_judge_request_cache_and_spend_apart_from_the_agents(
     assert list(meta["decode"]) == [AGENT]  # a judge is not a model under test
 
     # Without the judge, the rows are the same but for the verdicts: judges never decide.
-    pytester.runpytest_subprocess(
+    pytester.runpytest(
         *args, "--vault-cache=cache", "--vault-results=plain.parquet"
     ).assert_outcomes(passed=4)
     plain = rows_of(pytester, "plain.parquet")
@@ -128,7 +128,7 @@ def test_judge_request_cache_and_spend_apart_from_the_agents(
 
     # The rerun asks nothing: the judge's answers come from the cache, rows identical.
     asked = len(fake.requests)
-    pytester.runpytest_subprocess(
+    pytester.runpytest(
         *args, f"--vault-judge={JUDGE}", "--vault-cache=cache", "--vault-results=b.parquet"
     ).assert_outcomes(passed=4)
     assert (len(judge_server.requests), len(fake.requests)) == (3, asked)
@@ -139,7 +139,7 @@ def test_an_unreadable_answer_is_recorded_unreadable(
     pytester: pytest.Pytester, fake: FakeProvider, judge_server: FakeProvider, corpus: Path
 ) -> None:
     judge_server.reply(answer("Yes, it paid."))
-    pytester.runpytest_subprocess(
+    pytester.runpytest(
         *COMMON,
         f"--vault-model={AGENT}",
         f"--vault-judge={JUDGE}",
@@ -166,7 +166,7 @@ def test_a_provider_error_is_unreadable_and_the_test_still_passes(
     pytester: pytest.Pytester, fake: FakeProvider, judge_server: FakeProvider, corpus: Path
 ) -> None:
     judge_server.fail("500")
-    pytester.runpytest_subprocess(
+    pytester.runpytest(
         *COMMON,
         f"--vault-model={AGENT}",
         f"--vault-judge={JUDGE}",
@@ -196,7 +196,7 @@ def test_judge_spend_counts_against_the_cap(
     )
     pytester.makefile(".toml", prices=free)
     judge_server.reply(*[YES] * 4)
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         *COMMON,
         f"--vault-model={AGENT}",
         f"--vault-judge={JUDGE}",

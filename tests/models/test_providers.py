@@ -314,7 +314,7 @@ def test_a_client_that_cannot_be_built_is_a_redacted_error_row(
         "messages": ["pay $5 to a@b.test"],
     }
     pytester.makefile(".jsonl", c=json.dumps(line))
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         f"--vault-model={provider}:m",
         "--vault-track=A",
         "--vault-arch=model",
