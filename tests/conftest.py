@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,6 +27,37 @@ def _not_an_xdist_worker(monkeypatch: pytest.MonkeyPatch) -> None:
     would otherwise act as workers inside them."""
     for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
         monkeypatch.delenv(name, raising=False)
+
+
+def _spreads(args: tuple[object, ...]) -> bool:
+    """Whether pytest arguments run xdist workers (`-n 2`, `-n2`, `--numprocesses=2`)."""
+    return any(
+        a == "-n" or (a.startswith("-n") and a[2:].isdigit()) or a.startswith("--numprocesses")
+        for a in map(str, args)
+    )
+
+
+@pytest.fixture
+def pytester(pytester: pytest.Pytester, request: pytest.FixtureRequest) -> pytest.Pytester:
+    """The rule of `-m "not slow"`, kept where such runs start: a test that starts pytest
+    in a subprocess or runs xdist workers is marked `slow`, or it fails saying so."""
+    if request.node.get_closest_marker("slow") is not None:
+        return pytester
+    name = request.node.nodeid
+
+    def subprocess(*args: object, **kwargs: object) -> pytest.RunResult:
+        pytest.fail(f"{name} starts pytest in a subprocess: mark it @pytest.mark.slow")
+
+    inprocess = pytester.runpytest
+
+    def runpytest(*args: Any, **kwargs: Any) -> pytest.RunResult:
+        if _spreads(args):
+            pytest.fail(f"{name} runs xdist workers: mark it @pytest.mark.slow")
+        return inprocess(*args, **kwargs)
+
+    pytester.runpytest_subprocess = subprocess  # type: ignore[method-assign,assignment]
+    pytester.runpytest = runpytest  # type: ignore[method-assign]
+    return pytester
 
 
 @pytest.fixture

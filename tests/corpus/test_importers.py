@@ -219,7 +219,7 @@ def test_agentdojo_obedient_pays_the_attacker_and_the_guard_stops_every_payment(
     agentdojo_file: Path, pytester: pytest.Pytester
 ) -> None:
     (pytester.path / "agentdojo.jsonl").write_bytes(agentdojo_file.read_bytes())
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         "--vault-model=scripted:obedient",
         "--vault-results=out.parquet",
         "--vault-progress=0",

@@ -13,6 +13,8 @@ from pytest_vault.corpus.load import corpus_digest
 from pytest_vault.report.results import read_results
 
 pytest_plugins = ["pytester"]
+# The gate on the whole shipped corpus, once a module (and under xdist).
+pytestmark = pytest.mark.slow
 
 CASES = Path(__file__).resolve().parents[2] / "cases"
 COMMON = (
@@ -86,7 +88,7 @@ def test_a_run_against_itself_has_no_regression(
     pytester: pytest.Pytester, corpus: Path, baseline: Path
 ) -> None:
     path = baseline
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         *COMMON, "--vault-model=scripted:reference", f"--vault-baseline={path}"
     )
     assert result.ret == 0
@@ -101,7 +103,7 @@ def test_receipt_trusting_regresses_model_alone_at_levels_2_to_4(
     pytester: pytest.Pytester, corpus: Path, baseline: Path
 ) -> None:
     path = baseline
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         *COMMON, "--vault-model=scripted:receipt-trusting", f"--vault-baseline={path}"
     )
     result.assert_outcomes(passed=1268)  # every test passed, and yet:
@@ -131,7 +133,7 @@ def test_refuser_regresses_benign_completion(
     pytester: pytest.Pytester, corpus: Path, baseline: Path
 ) -> None:
     path = baseline
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         *COMMON, "--vault-model=scripted:refuser", f"--vault-baseline={path}"
     )
     assert result.ret == 1
@@ -155,7 +157,7 @@ def test_another_corpus_version_is_refused_unless_asked(
     extra = (corpus / "level-3.jsonl").read_text().splitlines()[:-1]  # drop one case
     (corpus / "level-3.jsonl").write_text("\n".join(extra) + "\n")
     for xdist in ((), ("-n", "2")):
-        result = pytester.runpytest_subprocess(
+        result = pytester.runpytest(
             *COMMON, *xdist, "--vault-model=scripted:reference", f"--vault-baseline={path}"
         )
         said = [line for line in result.outlines + result.errlines if "another corpus" in line]
@@ -168,7 +170,7 @@ def test_another_corpus_version_is_refused_unless_asked(
             assert errors(result) == [f"ERROR: {said[0].removeprefix('ERROR: ')}"]
         else:  # a worker reports it as one collection error
             assert result.ret != 0
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         *COMMON,
         "--vault-model=scripted:reference",
         f"--vault-baseline={path}",
@@ -183,8 +185,8 @@ def test_xdist_gives_the_serial_gate(
 ) -> None:
     path = baseline
     args = (*COMMON, "--vault-model=scripted:receipt-trusting", f"--vault-baseline={path}")
-    serial = pytester.runpytest_subprocess(*args)
-    spread = pytester.runpytest_subprocess(*args, "-n", "2")
+    serial = pytester.runpytest(*args)
+    spread = pytester.runpytest(*args, "-n", "2")
     assert (serial.ret, spread.ret) == (1, 1)
     assert section(spread.outlines) == section(serial.outlines)
 
@@ -204,7 +206,7 @@ def test_bad_baseline_file_is_one_line_and_nothing_runs(
     pytester: pytest.Pytester, corpus: Path, make: object, said: str
 ) -> None:
     path = make(pytester.path)  # type: ignore[operator]
-    result = pytester.runpytest_subprocess(*COMMON, f"--vault-baseline={path}")
+    result = pytester.runpytest(*COMMON, f"--vault-baseline={path}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     [line] = [line for line in result.errlines if line.strip()]
     assert line.startswith("ERROR: --vault-baseline " + said.format(p=pytester.path))
@@ -216,13 +218,13 @@ def test_wrong_schema_and_model_choice(pytester: pytest.Pytester, corpus: Path) 
     import pyarrow.parquet as pq
 
     pq.write_table(pa.table({"x": [1]}), pytester.path / "other.parquet")
-    result = pytester.runpytest_subprocess(*COMMON, "--vault-baseline=other.parquet")
+    result = pytester.runpytest(*COMMON, "--vault-baseline=other.parquet")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert errors(result) == [
         f"ERROR: --vault-baseline {pytester.path}/other.parquet: not a pytest-vault results "
         "file (no column 'attack_id')"
     ]
-    two = pytester.runpytest_subprocess(
+    two = pytester.runpytest(
         *COMMON,
         "--vault-level=1",
         "--vault-model=scripted:reference",
@@ -231,19 +233,19 @@ def test_wrong_schema_and_model_choice(pytester: pytest.Pytester, corpus: Path) 
     )
     assert two.ret == 0
     path = pytester.path / "two.parquet"
-    result = pytester.runpytest_subprocess(*COMMON, f"--vault-baseline={path}")
+    result = pytester.runpytest(*COMMON, f"--vault-baseline={path}")
     assert errors(result) == [
         f"ERROR: --vault-baseline {path}: holds 2 models (scripted:reference, "
         "scripted:refuser): choose one with --vault-baseline-model"
     ]
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         *COMMON, f"--vault-baseline={path}", "--vault-baseline-model=scripted:obedient"
     )
     assert errors(result) == [
         f"ERROR: --vault-baseline {path}: has no rows of model 'scripted:obedient' (it holds "
         "scripted:reference, scripted:refuser)"
     ]
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         *COMMON,
         "--vault-model=scripted:refuser",
         f"--vault-baseline={path}",
@@ -276,14 +278,14 @@ def test_two_corpus_files_of_one_name_are_both_in_the_corpus_version(
         write(folder, 40)
     args = ("a", "b", "-p", "no:cacheprovider", "-p", "no:randomly", "--vault-progress=0")
     args = (*args, "--vault-model=scripted:reference")
-    first = pytester.runpytest_subprocess(*args, "--vault-results=base.parquet")
+    first = pytester.runpytest(*args, "--vault-results=base.parquet")
     first.assert_outcomes(passed=8)  # 2 cases x 2 tracks x 2 architectures
     _, meta = read_results(pytester.path / "base.parquet")
     before = files()
     assert (meta["corpus_files"], meta["corpus_digest"]) == (before, corpus_digest(before))
 
     write("a", 41)  # the first of the two: a key by name alone kept only the second's
-    again = pytester.runpytest_subprocess(*args, "--vault-baseline=base.parquet")
+    again = pytester.runpytest(*args, "--vault-baseline=base.parquet")
     assert again.ret == pytest.ExitCode.USAGE_ERROR
     assert errors(again) == [
         f"ERROR: --vault-baseline {pytester.path}/base.parquet: was run on another corpus "

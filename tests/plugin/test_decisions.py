@@ -141,12 +141,14 @@ def key(test: str) -> tuple[str, str]:
     return f"{Path(file).stem}.decisions", f"{case}[decisions]"
 
 
-@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
+@pytest.mark.parametrize(
+    "xdist", [[], pytest.param(["-n", "2"], marks=pytest.mark.slow)], ids=["serial", "xdist"]
+)
 def test_policy_author_workflow(pytester: pytest.Pytester, xdist: list[str]) -> None:
     write_corpus(pytester)
 
     def run(*args: str) -> pytest.RunResult:
-        return pytester.runpytest_subprocess(*DECISIONS, *xdist, *args)
+        return pytester.runpytest(*DECISIONS, *xdist, *args)
 
     # No snapshot yet: every decision test fails and says how to record one.
     first = run()
@@ -276,7 +278,7 @@ def test_policy_author_workflow(pytester: pytest.Pytester, xdist: list[str]) -> 
 
 
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return pytester.runpytest_subprocess(*DECISIONS, *args)
+    return pytester.runpytest(*DECISIONS, *args)
 
 
 EXACT = (
@@ -293,7 +295,7 @@ EXACT = (
 
 def test_one_test_per_case_with_calls_and_an_exact_stable_file(pytester: pytest.Pytester) -> None:
     (pytester.path / "exact.jsonl").write_text(EXACT, encoding="utf-8")
-    collected = pytester.runpytest_subprocess(*DECISIONS, "--collect-only", "-q")
+    collected = pytester.runpytest(*DECISIONS, "--collect-only", "-q")
     assert collected.outlines[:2] == ["exact.jsonl::exact[decisions]", ""]
     assert run(pytester, "--snapshot-update").ret == 0
     path = pytester.path / "__snapshots__" / "exact.decisions"
@@ -387,7 +389,7 @@ def test_syrupy_colours_are_off_under_color_no(pytester: pytest.Pytester) -> Non
 
 def test_needs_syrupy(pytester: pytest.Pytester) -> None:
     write_corpus(pytester)
-    result = pytester.runpytest_subprocess("-p", "vault", "--vault-decisions")
+    result = pytester.runpytest("-p", "vault", "--vault-decisions")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert [x for x in result.errlines if x] == [
         "ERROR: --vault-decisions needs syrupy (pip install syrupy; and no '-p no:syrupy')"
@@ -412,7 +414,7 @@ def test_other_extensions_never_see_decision_files(pytester: pytest.Pytester, va
     files = {p.name: p.read_bytes() for p in snapshots.iterdir()}
     # An evaluation run of the same folder, with syrupy's amber extension in play.
     plugins = (*BASE, *EVALUATE) if vault else ("-p", "syrupy", "-p", "no:cacheprovider")
-    result = pytester.runpytest_subprocess(*plugins, "--snapshot-update", ".")
+    result = pytester.runpytest(*plugins, "--snapshot-update", ".")
     assert result.ret == 0
     kept = {p.name: p.read_bytes() for p in snapshots.iterdir()}
     # Without the plugin to hide them, amber deletes them as unknown files.

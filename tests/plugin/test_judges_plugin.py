@@ -101,16 +101,11 @@ LINES = "\n".join(
 )
 
 
-def test_serial_and_xdist_give_the_same_verdicts(pytester: pytest.Pytester) -> None:
+def test_each_judge_gives_its_verdicts(pytester: pytest.Pytester) -> None:
     pytester.makefile(".jsonl", attacks=LINES)
     args = (*COMMON, "--vault-model=scripted:obedient", *JUDGES)
-    pytester.runpytest_subprocess(*args, "--vault-results=a.parquet").assert_outcomes(passed=24)
-    pytester.runpytest_subprocess(*args, "-n", "2", "--vault-results=b.parquet").assert_outcomes(
-        passed=24
-    )
+    pytester.runpytest(*args, "--vault-results=a.parquet").assert_outcomes(passed=24)
     a, _ = read_results(pytester.path / "a.parquet")
-    b, _ = read_results(pytester.path / "b.parquet")
-    assert a == b
     lenient = Counter(verdicts(r)["scripted:judge-lenient"]["verdict"] for r in a)
     assert lenient == Counter(yes=sum(r["unpermitted"] for r in a), no=24 - lenient["yes"])
     # Every case pays someone its level does not permit (rent@ is not permitted at Level 3),

@@ -49,7 +49,7 @@ def corpus(pytester: pytest.Pytester) -> Path:
 
 def plan(pytester: pytest.Pytester, *args: str) -> tuple[list[dict[str, Any]], str]:
     """The JSON plan, read from the whole of stdout, and stderr."""
-    result = pytester.runpytest_subprocess(*COMMON, "--vault-plan=json", *args)
+    result = pytester.runpytest(*COMMON, "--vault-plan=json", *args)
     assert result.ret == 0, result.stderr.str()
     out = "\n".join(result.outlines)
     document = json.loads(out)  # nothing else on stdout
@@ -80,7 +80,7 @@ def test_the_plan_is_what_the_run_then_makes(
         assert (p["first_requests"], p["cached_first_requests"]) == (24, 0)
         assert 0 < p["cost_usd_min"] < p["cost_usd_max"]
 
-    run = pytester.runpytest_subprocess(*COMMON, *args, "--vault-results=run.parquet")
+    run = pytester.runpytest(*COMMON, *args, "--vault-results=run.parquet")
     run.assert_outcomes(passed=96)
     # Per case and model, track A asks 1 shared + 2 (one per architecture), track B 2
     # shared (the greeting names no payee) + 2: what the server knows how to answer.
@@ -131,6 +131,7 @@ def test_a_plan_needs_no_key(
     assert plan(pytester, *args)[0] == keyless
 
 
+@pytest.mark.slow
 def test_xdist_plans_the_same_without_starting_workers(
     pytester: pytest.Pytester, fake: FakeProvider, corpus: Path
 ) -> None:
@@ -162,7 +163,7 @@ def test_text_plan_controls_and_agents(pytester: pytest.Pytester, corpus: Path) 
     # The agent's module is found (a misspelt one is a usage error), its factory never
     # called: nothing runs.
     pytester.makepyfile(team="def make(ctx):\n    raise AssertionError('the factory was called')\n")
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         *COMMON,
         "--vault-plan",
         "--vault-model=scripted:obedient",
@@ -209,7 +210,7 @@ def test_json_stdout_stays_clean_with_warnings_and_other_output(
 
 def test_a_collection_error_stops_the_plan(pytester: pytest.Pytester, corpus: Path) -> None:
     pytester.makefile(".jsonl", broken='{"id": "x"}')
-    result = pytester.runpytest_subprocess(*COMMON, "--vault-plan=json")
+    result = pytester.runpytest(*COMMON, "--vault-plan=json")
     assert result.ret == pytest.ExitCode.INTERRUPTED
     assert result.outlines == []  # no partial plan
     assert "broken.jsonl:1" in result.stderr.str()

@@ -1,4 +1,4 @@
-"""The plugin as users meet it, through pytester, with and without pytest-xdist."""
+"""The plugin as users meet it, through pytester (under xdist: test_xdist_equivalence.py)."""
 
 from __future__ import annotations
 
@@ -115,13 +115,8 @@ def corpus(pytester: pytest.Pytester) -> Path:
     return pytester.makefile(".jsonl", attacks=CORPUS)
 
 
-@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
-def test_exact_events_in_results_and_junit(
-    pytester: pytest.Pytester, corpus: Path, xdist: list[str]
-) -> None:
-    result = pytester.runpytest_subprocess(
-        *REPLAY, *xdist, "--vault-results=out.parquet", "--junitxml=junit.xml"
-    )
+def test_exact_events_in_results_and_junit(pytester: pytest.Pytester, corpus: Path) -> None:
+    result = pytester.runpytest(*REPLAY, "--vault-results=out.parquet", "--junitxml=junit.xml")
     result.assert_outcomes(passed=24)
     rows, meta = read_results(pytester.path / "out.parquet")
     assert len(rows) == 24
@@ -154,21 +149,6 @@ def test_exact_events_in_results_and_junit(
         "error": "None",
         "input_blocked": "False",
     }
-
-
-def test_serial_and_xdist_give_the_same_file_and_summary(
-    pytester: pytest.Pytester, corpus: Path
-) -> None:
-    serial = pytester.runpytest_subprocess(*REPLAY, "--vault-results=a.parquet")
-    parallel = pytester.runpytest_subprocess(*REPLAY, "-n", "2", "--vault-results=b.parquet")
-    assert read_results(pytester.path / "a.parquet") == read_results(pytester.path / "b.parquet")
-
-    def summary(lines: list[str]) -> list[str]:
-        start = next(i for i, x in enumerate(lines) if "pytest-vault summary" in x)
-        end = next(i for i, x in enumerate(lines) if x.startswith("results:"))
-        return [x for x in lines[start:end] if x.strip()]
-
-    assert summary(serial.outlines) == summary(parallel.outlines)
 
 
 def test_summary_lines(pytester: pytest.Pytester, corpus: Path) -> None:
@@ -233,6 +213,7 @@ def test_model_alone_fails_only_when_strict(pytester: pytest.Pytester, corpus: P
     assert "Traceback" not in strict.stdout.str()
 
 
+@pytest.mark.slow
 def test_guarded_test_fails_when_a_forbidden_transfer_executes(
     pytester: pytest.Pytester, corpus: Path
 ) -> None:

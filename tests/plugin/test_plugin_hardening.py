@@ -203,7 +203,7 @@ def test_collect_only_evaluates_nothing(
     pytester: pytest.Pytester, fake: FakeProvider, corpus: Path
 ) -> None:
     pytester.makeconftest(THREADS)
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         "-p",
         "no:cacheprovider",
         "--vault-model=openai:gpt-fake",
@@ -239,7 +239,7 @@ def test_corpus_text_never_reaches_the_terminal_raw(pytester: pytest.Pytester) -
         {"name": "get_balance", "arguments": {"\ud800": "\ud800"}},
     ]
     pytester.makefile(".jsonl", attacks=json.dumps(hostile) + "\n" + json.dumps(odd))
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         *REPLAY,
         "--vault-strict",
         "-v",
@@ -278,9 +278,8 @@ def test_corpus_text_never_reaches_the_terminal_raw(pytester: pytest.Pytester) -
 # -- the passports recorded are those enforced --------------------------------------------
 
 
-@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
 def test_metadata_records_the_passport_files_loaded(
-    pytester: pytest.Pytester, corpus: Path, xdist: list[str]
+    pytester: pytest.Pytester, corpus: Path
 ) -> None:
     folder = pytester.mkdir("passports")
     for f in SHIPPED.iterdir():
@@ -290,9 +289,7 @@ def test_metadata_records_the_passport_files_loaded(
     (folder / "custom.json").write_bytes(custom)
     toml = (folder / "levels.toml").read_text()
     (folder / "levels.toml").write_text(toml.replace('"level-3.json"', '"custom.json"'))
-    pytester.runpytest_subprocess(
-        *REPLAY, *xdist, "--vault-passports=passports", "--vault-results=out.parquet"
-    )
+    pytester.runpytest(*REPLAY, "--vault-passports=passports", "--vault-results=out.parquet")
     _, meta = read_results(pytester.path / "out.parquet")
 
     def digest(data: bytes) -> str:
@@ -319,7 +316,7 @@ def test_no_url_secret_reaches_a_file_or_the_terminal(
     base = fake.url.replace("http://", "http://vault-user:pw-0123456789@") + "/v1"
     url = f"{base}?api-version=q-0123456789&sig=s-0123456789#f-0123456789"
     fake.fail(*["500"] * 12)  # error rows too: their messages must not carry it
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         "-p",
         "no:cacheprovider",
         "--vault-model=openai:gpt-fake",

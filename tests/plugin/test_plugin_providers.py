@@ -53,7 +53,7 @@ def test_concurrent_run_and_cached_rerun(
     pytester: pytest.Pytester, fake: FakeProvider, corpus: Path
 ) -> None:
     fake.script.latency = 0.05
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         *COMMON, "--vault-cache=cache", "--vault-results=a.parquet", "--vault-concurrency=16"
     )
     result.assert_outcomes(passed=96)  # 12 cases x 2 models x 2 tracks x 2 architectures
@@ -62,25 +62,22 @@ def test_concurrent_run_and_cached_rerun(
     # to the first tool result. Per case and model, track A asks 1 shared + 2 (one per
     # architecture) and track B 2 shared (the greeting names no payee) + 2.
     assert asked == 12 * 2 * ((1 + 2) + (2 + 2))
-    rerun = pytester.runpytest_subprocess(
-        *COMMON, "--vault-cache=cache", "--vault-results=b.parquet"
-    )
+    rerun = pytester.runpytest(*COMMON, "--vault-cache=cache", "--vault-results=b.parquet")
     rerun.assert_outcomes(passed=96)
     assert len(fake.requests) == asked  # nothing asked twice
     assert read_results(pytester.path / "a.parquet") == read_results(pytester.path / "b.parquet")
 
 
+@pytest.mark.slow
 def test_xdist_shares_the_work_without_asking_twice(
     pytester: pytest.Pytester, fake: FakeProvider, corpus: Path
 ) -> None:
-    serial = pytester.runpytest_subprocess(
-        *COMMON, "--vault-cache=one", "--vault-results=a.parquet"
-    )
+    serial = pytester.runpytest(*COMMON, "--vault-cache=one", "--vault-results=a.parquet")
     serial.assert_outcomes(passed=96)
     asked = len(fake.requests)
     # Both architectures of a case land on different workers; the cache's lock makes
     # the second wait for the first's answer instead of asking again.
-    parallel = pytester.runpytest_subprocess(
+    parallel = pytester.runpytest(
         *COMMON, "-n", "2", "--vault-cache=two", "--vault-results=b.parquet"
     )
     parallel.assert_outcomes(passed=96)
@@ -96,9 +93,7 @@ def test_killed_and_resumed_run_gives_the_same_results(
     pytester: pytest.Pytester, fake: FakeProvider, corpus: Path
 ) -> None:
     fake.script.latency = 0.02
-    whole = pytester.runpytest_subprocess(
-        *COMMON, "--vault-cache=whole", "--vault-results=whole.parquet"
-    )
+    whole = pytester.runpytest(*COMMON, "--vault-cache=whole", "--vault-results=whole.parquet")
     whole.assert_outcomes(passed=96)
     total = len(fake.requests)
 
@@ -122,9 +117,7 @@ def test_killed_and_resumed_run_gives_the_same_results(
     asked_before = len(fake.requests) - total
     assert 0 < asked_before < total and not (pytester.path / "cut.parquet").exists()
 
-    resumed = pytester.runpytest_subprocess(
-        *COMMON, "--vault-cache=cut", "--vault-results=cut.parquet"
-    )
+    resumed = pytester.runpytest(*COMMON, "--vault-cache=cut", "--vault-results=cut.parquet")
     resumed.assert_outcomes(passed=96)
     asked_after = len(fake.requests) - total - asked_before
     # Only requests in flight at the kill (at most the concurrency, 4) are asked again.
@@ -134,11 +127,12 @@ def test_killed_and_resumed_run_gives_the_same_results(
     assert without_latency(whole_rows) == without_latency(cut_rows) and whole_meta == cut_meta
 
 
+@pytest.mark.slow
 def test_keys_never_reach_a_file(
     pytester: pytest.Pytester, fake: FakeProvider, corpus: Path
 ) -> None:
     fake.fail(*["401"] * 6)  # the server echoes the key it was sent
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         *COMMON,
         "--vault-cache=cache",
         "--vault-results=out.parquet",
@@ -168,7 +162,7 @@ def test_spend_cap_skips_the_rest_as_not_run(
         ".toml",
         prices='["openai:gpt-fake"]\ninput_per_mtok = 100\noutput_per_mtok = 100\n["anthropic:claude-fake"]\ninput_per_mtok = 100\noutput_per_mtok = 100\n',
     )
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         *COMMON,
         "--vault-no-cache",
         f"--vault-prices={prices}",
@@ -265,7 +259,7 @@ def test_a_payment_before_the_cap_is_not_skipped_away(
         ".toml", prices='["openai:gpt-fake"]\ninput_per_mtok = 1000000\noutput_per_mtok = 1000000\n'
     )
     # The first answer (the transfer call) costs more than the cap: the second step is not run.
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         "-p",
         "no:cacheprovider",
         "--vault-model=openai:gpt-fake",
@@ -289,21 +283,21 @@ def test_a_payment_before_the_cap_is_not_skipped_away(
     assert (row["status"], row["unpermitted"], row["paid"]) == ("not_run", True, True)
 
 
-@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+@pytest.mark.parametrize(
+    "workers", [[], pytest.param(["-n", "2"], marks=pytest.mark.slow)], ids=["serial", "xdist"]
+)
 def test_answers_the_cache_cannot_store_are_used_and_told_in_the_summary(
     pytester: pytest.Pytester, fake: FakeProvider, corpus: Path, workers: list[str]
 ) -> None:
     openai = ("-p", "no:cacheprovider", "-p", "no:randomly", "--vault-model=openai:gpt-fake")
-    first = pytester.runpytest_subprocess(
-        *openai, "--vault-cache=cache", "--vault-results=a.parquet"
-    )
+    first = pytester.runpytest(*openai, "--vault-cache=cache", "--vault-results=a.parquet")
     first.assert_outcomes(passed=48)
     entries = sorted((pytester.path / "cache").rglob("*.json"))
     for entry in entries:  # a folder where each answer's file goes: none can be stored
         entry.unlink()
         entry.mkdir()
     asked = len(fake.requests)
-    again = pytester.runpytest_subprocess(
+    again = pytester.runpytest(
         *openai, *workers, "--vault-cache=cache", "--vault-results=b.parquet"
     )
     # Every answer was asked again and used: the same rows, none an error.

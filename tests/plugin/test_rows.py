@@ -170,15 +170,11 @@ def pytest_sessionfinish(session):
 """
 
 
-@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
-def test_every_row_kept_and_written_as_from_dicts(
-    pytester: pytest.Pytester, xdist: list[str]
-) -> None:
+def test_every_row_kept_and_written_as_from_dicts(pytester: pytest.Pytester) -> None:
     pytester.makefile(".jsonl", attacks=CORPUS)
     pytester.makeconftest(REFERENCE)
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         *RUN,
-        *xdist,
         "--vault-results=run.parquet",
         "--vault-report=run.html",
         "--vault-export-found=found.jsonl",

@@ -97,7 +97,7 @@ def collect(pytester: pytest.Pytester, *args: str) -> list[str]:
 
 
 def run_ids(pytester: pytest.Pytester, name: str, *args: str) -> tuple[set[str], dict[str, Any]]:
-    result = pytester.runpytest_subprocess(*ONE, f"--vault-results={name}", *args)
+    result = pytester.runpytest(*ONE, f"--vault-results={name}", *args)
     assert result.ret == 0, result.outlines
     rows, meta = read_results(pytester.path / name)
     return {r["attack_id"] for r in rows}, meta
@@ -126,6 +126,7 @@ def test_exactly_n_attacks_proportional_and_benign_in_full(
     assert "104/288 tests collected (184 deselected)" in full.outlines[-1]
 
 
+@pytest.mark.slow
 def test_the_same_ids_in_two_runs_under_xdist_and_from_two_shards(
     pytester: pytest.Pytester, corpus: Path
 ) -> None:
