@@ -196,16 +196,9 @@ class VaultSession:
         return self._stats
 
     # -- specs, and what they make (on the runner's loop, where their clients live) --------
-    def spec(self, text: str, role: Role) -> Spec:
+    def spec(self, text: str) -> Spec:
         """What the plugin that claimed `text` at configure time said it is."""
-        found = self.options.specs.get(text)
-        if found is None:
-            # Claimed before `Options.specs` held the claims: then only ours could be.
-            from pytest_vault.plugin.specs import our_spec
-
-            found = our_spec(text, role, self.options.base_url, asks=False)
-            assert found is not None, f"{text}: not claimed at configure time"
-        return found
+        return self.options.specs[text]
 
     def _make(self, text: str, role: Role) -> Any:
         """What the first plugin that makes a claimed spec made of it."""
@@ -214,7 +207,7 @@ class VaultSession:
 
             self.hook = own_hooks()
         make = getattr(self.hook, f"pytest_vault_make_{role}")
-        made = make(spec=self.spec(text, role), session=self)
+        made = make(spec=self.spec(text), session=self)
         if made is None:
             raise LookupError(f"no plugin makes this {role}")
         return made
@@ -311,7 +304,7 @@ class VaultSession:
 
     def _agent(self, spec: str) -> Loader | None:
         """The factory of an `agent:` spec (None: a model, made through the hook)."""
-        target = self.spec(spec, "model").agent
+        target = self.spec(spec).agent
         return None if target is None else self._loader(spec, target)
 
     def _loader(self, spec: str, target: str) -> Loader:
@@ -545,7 +538,7 @@ class VaultSession:
     def judge_record(self) -> dict[str, Any] | None:
         """The judge prompt the real-model judges were given: file, digest, token cap,
         temperature (always 0); None when no judge asks a provider."""
-        if not self._our_providers(self.options.judges, "judge"):
+        if not self._our_providers(self.options.judges):
             return None
         from pytest_vault.core.errors import FileError
         from pytest_vault.harness.judges import (
@@ -565,16 +558,16 @@ class VaultSession:
             "temperature": TEMPERATURE,
         }
 
-    def _our_providers(self, texts: Sequence[str], role: Role) -> list[str]:
+    def _our_providers(self, texts: Sequence[str]) -> list[str]:
         """The specs that ask one of our providers, with our prompt (judges.toml,
         attacker.toml): what they ask is known; a plugin's is its own."""
         from pytest_vault.plugin.specs import ours
 
-        return [t for t in texts if (spec := self.spec(t, role)).provider and ours(spec)]
+        return [t for t in texts if (spec := self.spec(t)).provider and ours(spec)]
 
     def _judge_caps(self) -> dict[str, int]:
         """Each real-model judge's token cap, for the plan (checked at configure time)."""
-        real = self._our_providers(self.options.judges, "judge")
+        real = self._our_providers(self.options.judges)
         if not real:
             return {}
         from pytest_vault.harness.judges import judge_prompt_file, load_judge_prompt
@@ -594,7 +587,7 @@ class VaultSession:
         opts = self.options
         providers: dict[str, ProviderModel | str] = {}
         # Only our providers' requests can be keyed here; a plugin's are its own.
-        for text in self._our_providers(opts.models, "model"):
+        for text in self._our_providers(opts.models):
             try:
                 providers[text] = self.provider_model(text, keyless=True)
             except Exception as exc:  # noqa: BLE001 - one redacted line, not a traceback
@@ -607,7 +600,7 @@ class VaultSession:
 
         try:
             return plan_run(
-                [self.spec(text, "model") for text in opts.models],
+                [self.spec(text) for text in opts.models],
                 [Planned(job.case, job.spec, job.track) for job in jobs],
                 self.levels if jobs else {},
                 max_steps=opts.max_steps,
@@ -624,7 +617,7 @@ class VaultSession:
 
     def _provider_attacker(self) -> str | None:
         spec = self.options.attacker
-        return None if spec is None else next(iter(self._our_providers([spec], "attacker")), None)
+        return None if spec is None else next(iter(self._our_providers([spec])), None)
 
     def worker_sample(self, record: dict[str, Any] | None) -> None:
         """A worker's sample, on the xdist controller: every worker must have chosen the
