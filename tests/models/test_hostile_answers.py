@@ -1,4 +1,4 @@
-"""Provider answers and cache entries are hostile input (issue 8, defects 1, 2, 3, 5, 6).
+"""Provider answers and cache entries are hostile input.
 
 Real SDK clients over real HTTP against the local server, which answers raw bodies
 (`FakeProvider.reply`) where a dict could not say what a provider can: a key twice, a
@@ -78,7 +78,7 @@ def without_latency(r: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in r.items() if k != "latency_s"}
 
 
-# -- defect 6: both providers' bodies read strictly ---------------------------------------
+# -- both providers' bodies read strictly ---------------------------------------
 
 AMBIGUOUS = [
     # The review's example: which recipient? And $500.0000000000000001 is not $500.00.
@@ -347,7 +347,7 @@ def test_a_tool_call_cut_at_the_limit_or_an_unnamed_ending_is_still_an_answer(
     assert r["unpermitted"] is True
 
 
-# -- defect 5: usage the spend cap can trust ----------------------------------------------
+# -- usage the spend cap can trust ----------------------------------------------
 
 BAD_USAGE = ["-1", "1.5", "12.0", "true", "null", '"12"', "100000001", "1e3", "NaN", "[1]"]
 USAGE_FIELDS = {
@@ -420,7 +420,7 @@ def test_usage_at_the_bounds_is_counted(fake: FakeProvider, provider: str, token
     assert spend.spent_usd == pytest.approx((tokens + 3) / 1e6)
 
 
-# -- defect 1: lone surrogates through the providers and the cache --------------------------
+# -- lone surrogates through the providers and the cache --------------------------
 
 
 # What the model sends, with lone surrogates: an object, or text with a key twice.
@@ -531,7 +531,7 @@ def test_an_entry_path_that_is_a_folder_keeps_the_answer_and_says_why(
     assert stats.unstored_reason == f"cannot store {entries[0]}: Is a directory"
 
 
-# -- defect 2: a cache entry is read against its schema -----------------------------------
+# -- a cache entry is read against its schema -----------------------------------
 
 Mutation = Callable[[dict[str, Any], str, bytes], bytes]
 
@@ -729,7 +729,7 @@ def test_a_blocked_entry_keeps_and_replays_what_the_provider_said(
     assert len(fake.requests) == 1
 
 
-# -- defect 3: no credentials from URLs ----------------------------------------------------
+# -- no credentials from URLs ----------------------------------------------------
 
 
 def wire_model(base_url: str) -> ProviderModel:
