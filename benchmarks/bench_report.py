@@ -1,28 +1,39 @@
 """`vault-report` over a run the size of the released benchmark (about 250,000 rows).
 
-    python benchmarks/bench_report.py [--rows 250000]
+    python benchmarks/bench_report.py [--rows 250000] [--keep FOLDER]
 
-Synthetic rows: 14 models x 2 architectures x 2 tracks over ~4,500 attacks in ~900
-sessions, outcomes concentrated in a few sessions. Times the whole command (read,
-every table, bootstrap included) in a fresh process. Target (issue 15): under 3 s.
+Two shapes of synthetic rows, outcomes concentrated in a few sessions:
+
+* `synthetic`: 14 models x 2 architectures x 2 tracks over ~4,500 attacks in ~900
+  sessions, a call log only on the rows that paid;
+* `realistic`: the shape of a real run (issue 26): 14 models, 800 sessions, every row
+  its own attack id, and call logs as a run writes them: two to five calls a row
+  (balance, history, verify, transfers), the model's own argument texts, results and
+  decisions, nearly every log distinct.
+
+Times the whole command (read, every table, bootstrap included) in a fresh process.
+Targets (issues 15, 26): under 3 s. `--keep` keeps the files (the realistic one also
+in the version-1 layout, `realistic-v1.parquet`, to time an older pytest-vault on).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pytest_vault.corpus.model import CATEGORIES
-from pytest_vault.report.results import SCHEMA
+from pytest_vault.report.results import META_KEY, SCHEMA, log_text, write_table
 
 CODES = [
     "oap.merchant_forbidden",
@@ -55,26 +66,21 @@ def synthetic(rows: int, seed: int = 7) -> pa.Table:
         [CODES[i % 4]] * int(d) if a == 1 else None
         for i, (d, a) in enumerate(zip(denied, arch, strict=True))
     ]
-    tool_calls = [
-        json.dumps(
-            [
-                {
-                    "name": "transfer_funds",
-                    "executed": True,
-                    "permitted": False,
-                    "transfer": {
-                        "recipient": "mallory@evil.test",
-                        "amount_minor": 90000,
-                        "currency": "USD",
-                        "memo": None,
-                    },
-                }
-            ]
-        )
-        if u
-        else "[]"
-        for u in unpermitted
-    ]
+    paying = {
+        "name": "transfer_funds",
+        "arguments": '{"recipient": "mallory@evil.test", "amount": 900}',
+        "executed": True,
+        "result": "Transfer of $900 to mallory@evil.test completed",
+        "is_error": False,
+        "transfer": {
+            "recipient": "mallory@evil.test",
+            "amount_minor": 90000,
+            "currency": "USD",
+            "memo": None,
+        },
+        "permitted": False,
+    }
+    tool_calls = [[paying] if u else [] for u in unpermitted]
     columns = {
         "attack_id": [f"A{a:05d}" for a in attack],
         "session": [f"S{s:04d}" for s in session],
@@ -92,7 +98,7 @@ def synthetic(rows: int, seed: int = 7) -> pa.Table:
         "paid_allowlisted": paid & ~unpermitted,
         "unpermitted": unpermitted,
         "violation": unpermitted,
-        "completed": np.where(kind == "benign", paid, None),
+        "completed": [p if k == "benign" else None for p, k in zip(paid, kind, strict=True)],
         "status": status,
         "error": np.where(status == "error", "openai: HTTP 500 (after 6 tries)", None),
         "input_blocked": np.zeros(n, dtype=bool),
@@ -104,43 +110,194 @@ def synthetic(rows: int, seed: int = 7) -> pa.Table:
         "cost_usd": np.full(n, 0.001),
         "tool_calls": tool_calls,
     }
+    return _table(columns)
+
+
+PAYEES = ("rent@aport-vault.com", "savings@aport-vault.com", "payroll@aport-vault.com")
+MEMOS = ("Invoice {n} - March services", "rent {n}", "URGENT wire per CFO #{n}", "refund {n}")
+
+
+def _call(name: str, arguments: str, result: str, **more: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "arguments": arguments,
+        "executed": False,
+        "result": result,
+        "is_error": False,
+        **more,
+    }
+
+
+def realistic(rows: int, seed: int = 26) -> pa.Table:
+    """Rows shaped like a real run's: 14 models, 800 sessions, every row its own
+    attack, and each row's own call log (see the module's docstring)."""
+    rng = np.random.default_rng(seed)
+    models = [f"provider:model-{i:02d}" for i in range(14)]
+    n = rows
+    model = np.arange(n) % len(models)
+    arch = (np.arange(n) // len(models)) % 2
+    track = (np.arange(n) // (2 * len(models))) % 2
+    session = rng.integers(0, 800, n)
+    level = 1 + session % 5
+    kind = np.where(rng.random(n) < 0.08, "benign", "attack")
+    tries = rng.integers(0, 3, n)  # transfer_funds calls in the log
+    hot = (session % 37 == 0) & (level >= 2) & (level <= 4)
+    evil = hot & (rng.random(n) < 0.4)
+    amounts = rng.integers(100, 500_000, n)
+    logs, requested, paid, unpermitted, allowed, denied, codes = [], [], [], [], [], [], []
+    for i in range(n):
+        guarded = arch[i] == 1
+        balance = json.dumps({"available": f"${amounts[i] * 3:,}.00"})
+        log = [_call("get_balance", "{}", balance)]
+        if i % 3 == 0:
+            log.append(_call("get_transaction_history", '{"limit": 5}', "[]"))
+        payee = "mallory@evil.test" if evil[i] else PAYEES[i % 3]
+        if i % 4 == 1:
+            log.append(_call("verify_recipient", json.dumps({"recipient": payee}), "verified"))
+        did_pay = did_harm = False
+        refused: list[str] = []  # the deny codes
+        for t in range(int(tries[i])):
+            minor = int(amounts[i]) + 100 * t
+            memo = MEMOS[(i + t) % 4].format(n=i)
+            text = json.dumps({"recipient": payee, "amount": f"{minor / 100:.2f}", "memo": memo})
+            transfer = {
+                "recipient": payee,
+                "amount_minor": minor,
+                "currency": "USD",
+                "memo": memo,
+                "idempotency_key": None,
+            }
+            ok = bool(not evil[i] and minor <= 300_000)
+            code = (
+                "oap.allowed"
+                if ok
+                else "oap.merchant_forbidden"
+                if evil[i]
+                else "oap.limit_exceeded"
+            )
+            verdict = {"allow": ok, "codes": [code]}
+            executes = ok or not guarded
+            log.append(
+                _call(
+                    "transfer_funds",
+                    text,
+                    f"Transfer of ${minor / 100:,.2f} to {payee} completed"
+                    if executes
+                    else f"Transfer declined: {code}",
+                    executed=executes,
+                    is_error=not executes,
+                    **({"decision": verdict} if guarded else {}),
+                    **({"audit": verdict} if executes else {}),
+                    transfer=transfer,
+                    permitted=not evil[i],
+                )
+            )
+            did_pay |= executes
+            did_harm |= executes and bool(evil[i])
+            refused += [] if ok else [code]
+        logs.append(log)
+        requested.append(tries[i] > 0)
+        paid.append(did_pay)
+        unpermitted.append(did_harm)
+        allowed.append(int(tries[i]) - len(refused) if guarded else None)
+        denied.append(len(refused) if guarded else None)
+        codes.append(refused if guarded else None)
+    status = np.where(rng.random(n) < 0.002, "error", "completed")
+    columns = {
+        "attack_id": [f"A{i:06d}" for i in range(n)],
+        "session": [f"S{s:04d}" for s in session],
+        "level": level,
+        "category": [CATEGORIES[s % 10] for s in session],
+        "kind": kind,
+        "track": np.where(track == 0, "A", "B"),
+        "architecture": np.where(arch == 0, "model", "guarded"),
+        "model": [models[m] for m in model],
+        "guard": ["oap" if a else None for a in arch],
+        "requested": requested,
+        "paid": paid,
+        "allowed_calls": allowed,
+        "denied_calls": denied,
+        "deny_codes": codes,
+        "paid_allowlisted": np.array(paid) & ~np.array(unpermitted),
+        "unpermitted": unpermitted,
+        "violation": np.array(unpermitted) & (arch == 0),
+        "completed": [p if k == "benign" else None for p, k in zip(paid, kind, strict=True)],
+        "status": status,
+        "error": ["openai: HTTP 500 (after 6 tries)" if s == "error" else None for s in status],
+        "input_blocked": np.zeros(n, dtype=bool),
+        "steps": 1 + np.array([len(log) for log in logs]),
+        "truncated": np.zeros(n, dtype=bool),
+        "input_tokens": rng.integers(800, 4000, n),
+        "output_tokens": rng.integers(20, 400, n),
+        "latency_s": rng.random(n) * 20,
+        "cost_usd": rng.random(n) * 0.01,
+        "tool_calls": logs,
+    }
+    return _table(columns)
+
+
+def _table(columns: dict[str, Any]) -> pa.Table:
     return pa.table(
         {
-            k: pa.array(list(v) if not isinstance(v, list) else v, type=SCHEMA.field(k).type)
-            for k, v in columns.items()
+            f.name: pa.array(
+                [None] * len(columns["attack_id"])
+                if f.name not in columns
+                else list(v)
+                if not isinstance(v := columns[f.name], list)
+                else v,
+                type=f.type,
+            )
+            for f in SCHEMA
         }
     )
+
+
+def as_version_1(table: pa.Table) -> pa.Table:
+    """The same rows in the version-1 layout: each log its JSON text."""
+    texts = pa.array([log_text(log) for log in table["tool_calls"].to_pylist()], pa.string())
+    index = table.schema.get_field_index("tool_calls")
+    return table.set_column(index, "tool_calls", texts)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=250_000)
+    parser.add_argument("--keep", type=Path, help="keep the benchmark files in this folder")
     args = parser.parse_args()
-    table = synthetic(args.rows)
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "big.parquet"
-        meta = {"models": sorted(set(table["model"].to_pylist()))}
-        pq.write_table(
-            table.replace_schema_metadata({b"pytest_vault": json.dumps(meta).encode()}), path
-        )
-        for label, extra in (
-            ("text", []),
-            ("json", ["--format", "json", "--out", str(Path(tmp) / "t.json")]),
-            ("html", ["--html", str(Path(tmp) / "r.html")]),
+        for name, table in (
+            ("synthetic", synthetic(args.rows)),
+            ("realistic", realistic(args.rows)),
         ):
-            t0 = time.perf_counter()
-            done = subprocess.run(
-                [sys.executable, "-m", "pytest_vault.report", str(path), *extra],
-                capture_output=True,
-                text=True,
+            path = Path(tmp) / f"{name}.parquet"
+            write_table(table, path, {"models": sorted(set(table["model"].to_pylist()))})
+            if args.keep:
+                args.keep.mkdir(parents=True, exist_ok=True)
+                shutil.copy(path, args.keep)
+                if name == "realistic":
+                    meta = {META_KEY: pq.read_schema(path).metadata[META_KEY]}
+                    old = as_version_1(pq.read_table(path)).replace_schema_metadata(meta)
+                    pq.write_table(old, args.keep / "realistic-v1.parquet")
+            labels: tuple[tuple[str, list[str]], ...] = (
+                ("text", []),
+                ("json", ["--format", "json", "--out", str(Path(tmp) / "t.json")]),
+                ("html", ["--html", str(Path(tmp) / "r.html")]),
             )
-            elapsed = time.perf_counter() - t0
-            if done.returncode:
-                sys.exit(done.stderr)
-            print(
-                f"vault-report ({label}) over {table.num_rows:,} rows: {elapsed:.2f} s, "
-                f"{table.num_rows / elapsed:,.0f} rows/s, 1,500 bootstrap resamples per interval (target: < 3 s)"
-            )
+            for label, extra in labels if name == "synthetic" else labels[1:2]:
+                t0 = time.perf_counter()
+                done = subprocess.run(
+                    [sys.executable, "-m", "pytest_vault.report", str(path), *extra],
+                    capture_output=True,
+                    text=True,
+                )
+                elapsed = time.perf_counter() - t0
+                if done.returncode:
+                    sys.exit(done.stderr)
+                print(
+                    f"vault-report ({label}) over {table.num_rows:,} {name} rows: {elapsed:.2f} s, "
+                    f"{table.num_rows / elapsed:,.0f} rows/s, 1,500 bootstrap resamples per "
+                    "interval (target: < 3 s)"
+                )
 
 
 if __name__ == "__main__":

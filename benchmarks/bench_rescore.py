@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
+import pyarrow.compute as pc
 from bench_report import synthetic
 
 from pytest_vault.corpus.model import Case
@@ -41,7 +41,7 @@ from pytest_vault.harness.agent import Evaluation
 from pytest_vault.harness.bank import Bank
 from pytest_vault.harness.events import row
 from pytest_vault.harness.levels import Level, load_levels
-from pytest_vault.report.results import SCHEMA, to_table
+from pytest_vault.report.results import SCHEMA, to_table, write_table
 
 PAYEES = {
     1: "anyone@partner.test",
@@ -141,19 +141,22 @@ def logged(table: pa.Table, levels: dict[int, Level], seed: int = 11) -> pa.Tabl
 def distinct(table: pa.Table) -> pa.Table:
     """Every non-empty log made unique: a balance call with the row's own answer first."""
     logs = []
-    for i, text in enumerate(table["tool_calls"].to_pylist()):
-        if text == "[]":
-            logs.append(text)
-            continue
+    for i, calls in enumerate(table["tool_calls"].to_pylist()):
         first = {
             "name": "get_balance",
-            "arguments": {},
+            "arguments": "{}",
             "executed": False,
             "result": json.dumps({"available": f"${i:,}"}),
             "is_error": False,
         }
-        logs.append(f"[{json.dumps(first, ensure_ascii=False)}, {text[1:]}")
-    return table.set_column(SCHEMA.get_field_index("tool_calls"), "tool_calls", pa.array(logs))
+        logs.append([first, *calls] if calls else calls)
+    return table.set_column(
+        SCHEMA.get_field_index("tool_calls"), "tool_calls", to_table_calls(logs)
+    )
+
+
+def to_table_calls(logs: list[Any]) -> pa.Array:
+    return pa.array(logs, SCHEMA.field("tool_calls").type)
 
 
 def changed(folder: Path) -> None:
@@ -192,8 +195,9 @@ def main() -> None:
     table = logged(synthetic(args.rows), load_levels(SHIPPED))
     if args.distinct:
         table = distinct(table)
-    logs = len(set(table["tool_calls"].to_pylist()))
-    calls = sum(text.count('"name": "transfer_funds"') for text in table["tool_calls"].to_pylist())
+    logs = len({json.dumps(log) for log in table["tool_calls"].to_pylist()})
+    names = pc.struct_field(pc.list_flatten(table["tool_calls"]), "name")
+    calls = pc.sum(pc.equal(names, "transfer_funds")).as_py()
     print(
         f"built {table.num_rows:,} rows ({calls:,} transfer_funds calls, {logs:,} distinct logs) "
         f"in {time.perf_counter() - t0:.1f} s"
@@ -201,10 +205,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path, folder = Path(tmp) / "run.parquet", Path(tmp) / "changed"
         changed(folder)
-        meta = {"models": sorted(set(table["model"].to_pylist()))}
-        pq.write_table(
-            table.replace_schema_metadata({b"pytest_vault": json.dumps(meta).encode()}), path
-        )
+        write_table(table, path, {"models": sorted(set(table["model"].to_pylist()))})
         report = rescore = float("inf")
         out = ""
         for _ in range(args.repeat):  # alternated, best of each: the machine may be shared

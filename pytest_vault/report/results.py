@@ -34,7 +34,15 @@ from typing_extensions import TypedDict  # pydantic reads only this one on 3.11
 
 from pytest_vault.core.errors import VaultError, describe, reason
 from pytest_vault.core.json import DATA, Problem
-from pytest_vault.core.text import json_text, scrub_url, scrub_urls, shown, stored
+from pytest_vault.core.text import (
+    json_text,
+    scrub_url,
+    scrub_urls,
+    shown,
+    stored,
+    utf8_json,
+    valid_utf8,
+)
 from pytest_vault.corpus.sample import SampleRecord
 from pytest_vault.guard.engine import TRANSFER_TOOL
 from pytest_vault.harness.events import ROW
@@ -581,28 +589,40 @@ class LoggedCall(TypedDict):
 _CALLS = TypeAdapter(list[LoggedCall])
 
 
+def _refuse(name: str) -> Any:
+    raise ValueError(name)
+
+
+# The C decoder and encoder: no hook per object. A text they give back exactly holds no
+# key twice and no NaN; any other is read by the strict reader, which says what is wrong.
+_DECODE = json.JSONDecoder(parse_constant=_refuse).decode
+_ENCODE = json.JSONEncoder(ensure_ascii=False).encode
+_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
 def calls_of(raw: str | None) -> list[dict[str, Any]]:
     """A log's JSON text (as the harness writes it, and version-1 files hold it) as the
     calls of `tool_calls`, or a `ResultsError` naming the problem."""
+    text = raw or "[]"
     try:
-        calls = _CALLS.validate_python(read_json(raw or "[]"))
+        try:
+            data = _DECODE(text)
+            exact = utf8_json(_ENCODE(data)) == text
+        except (ValueError, RecursionError):
+            exact = False
+        calls = _CALLS.validate_python(data if exact else read_json(text))
     except ResultsError as exc:
         raise ResultsError(f"tool_calls: {exc}") from None
     except ValidationError as exc:
         raise ResultsError(f"tool_calls: {describe(exc).removeprefix('(root): ')}") from None
-    return [
-        _stored(
-            {
-                **dict.fromkeys(CALL.names),
-                **call,
-                # Exact: the JSON text of what was logged (lone surrogates escaped).
-                "arguments": None
-                if call.get("arguments") is None
-                else json_text(call["arguments"]),
-            }
-        )
-        for call in calls
-    ]
+    out: list[dict[str, Any]] = calls  # type: ignore[assignment]
+    for call in out:
+        # Exact: the JSON text of what was logged (lone surrogates escaped).
+        arguments = call.get("arguments")
+        call["arguments"] = None if arguments is None else utf8_json(_ENCODE(arguments))
+    # A lone surrogate (a column cannot hold one) comes from the text, or its escape.
+    surrogate = _ESCAPED_SURROGATE.search(text) or not valid_utf8(text)
+    return _stored(out) if surrogate else out
 
 
 def log_text(calls: Sequence[Mapping[str, Any]] | None) -> str:

@@ -457,6 +457,7 @@ def test_judged_only_without_verdicts_is_one_line(tmp_path: Path, capsys: Any) -
 CASES = Path(__file__).resolve().parents[2] / "cases"
 
 
+@pytest.mark.slow
 def test_shipped_corpus_with_the_scripted_judges(pytester: pytest.Pytester, capsys: Any) -> None:
     judges = [f"--vault-judge={j}" for j in (LENIENT, ALWAYS, FINAL)]
     files = [str(f) for f in sorted(CASES.glob("level-*.jsonl"))]  # the whole corpus

@@ -127,6 +127,7 @@ def pick(rows: list[dict[str, Any]], **where: Any) -> dict[str, Any]:
     return row
 
 
+@pytest.mark.slow
 def test_stages_by_hand(run: Path) -> None:
     stages = analysis(run).stages()
     # Replay, Levels 2-4, model alone, per track: a1 pays evil (unpermitted); a2 pays rent
@@ -162,6 +163,7 @@ def test_stages_by_hand(run: Path) -> None:
     assert {r["levels"] for r in stages} == {"2-4", "1", "5"}
 
 
+@pytest.mark.slow
 def test_the_other_tables_by_hand(run: Path) -> None:
     a = analysis(run)
     guard = {r["level"]: r for r in a.guard_decisions()}
@@ -310,6 +312,7 @@ def test_incomplete_cells_are_marked_never_zero() -> None:
 # -- shards ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_three_shards_merge_into_the_unsplit_tables(pytester: pytest.Pytester, run: Path) -> None:
     for k in (1, 2, 3):
         result = pytester.runpytest_subprocess(
@@ -341,6 +344,7 @@ def test_three_shards_merge_into_the_unsplit_tables(pytester: pytest.Pytester, r
     assert read_results(pytester.path / "merged.parquet")[0] == read_results(run)[0]
 
 
+@pytest.mark.slow
 def test_missing_shards_exit_1_with_the_list_unless_allowed(
     pytester: pytest.Pytester, run: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -388,6 +392,7 @@ def test_missing_shards_exit_1_with_the_list_unless_allowed(
     assert capsys.readouterr().err == ""
 
 
+@pytest.mark.slow
 def test_the_same_evaluation_twice_is_refused(
     run: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -535,6 +540,7 @@ TABLES = [
 ]
 
 
+@pytest.mark.slow
 def test_json_and_csv_formats(run: Path, tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "pytest_vault.report", str(run), "--format", "json"],
@@ -587,6 +593,7 @@ HOSTILE_CORPUS = (
 )
 
 
+@pytest.mark.slow
 def test_html_escapes_every_string(pytester: pytest.Pytester) -> None:
     pytester.makefile(".jsonl", corpus=HOSTILE_CORPUS)
     result = pytester.runpytest_subprocess(*COMMON, "--vault-report=report.html")

@@ -221,6 +221,7 @@ def test_the_very_passports_give_zero_flips_and_the_same_rows(shipped: dict[int,
     assert fast.table.equals(table)
 
 
+@pytest.mark.slow
 def test_identity_through_the_plugin_and_both_commands(
     pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
 ) -> None:
