@@ -17,12 +17,19 @@ from pytest_vault.corpus.load import read_case
 from pytest_vault.corpus.model import Case
 from pytest_vault.guard import engine
 from pytest_vault.guard.money import MINOR_DIGITS, Money, minor_digits, told
-from pytest_vault.harness.adaptive import STRATEGIES, Escalate, Goal, Policy, View, goal_of
+from pytest_vault.harness.adaptive import (
+    STRATEGIES,
+    Escalate,
+    Goal,
+    Policy,
+    View,
+    found_line_of,
+    goal_of,
+)
 from pytest_vault.harness.agent import Evaluation
 from pytest_vault.harness.levels import load_levels
 from pytest_vault.models.attacker import load_prompt, user_prompt
 from pytest_vault.plugin.collect import _violations
-from pytest_vault.plugin.session import _found_line
 from pytest_vault.report.rescore import _amount
 
 LEVELS = load_levels()
@@ -223,7 +230,7 @@ def test_an_attacker_models_prompt_names_the_goal_in_its_currency(
 def found(case: Case) -> Case:
     ev = Evaluation(case, LEVELS[3], "scripted:obedient", "adaptive", "model")
     ev.sent, ev.attacker, ev.attacker_strategy = ("put it all in savings",), "a", "urgency"
-    return read_case(_found_line(ev), "found.jsonl:1")
+    return read_case(found_line_of(ev), "found.jsonl:1")
 
 
 def test_an_exported_find_keeps_a_goal_in_dollars_and_never_converts_another() -> None:

@@ -374,3 +374,21 @@ async def evaluate_agent_adaptive(
         driver=_driver(case, level, plan, outcome),
     )
     return _record(ev, plan, outcome)
+
+
+def found_line_of(ev: Evaluation) -> str:
+    """The corpus line of an adaptive find (`--vault-export-found`)."""
+    from pytest_vault.corpus.export import found_line
+
+    goal = goal_of(ev.case)
+    return found_line(
+        ev.case,
+        ev.sent,
+        attacker=str(ev.attacker),
+        model=ev.model,
+        architecture=ev.architecture,
+        strategy=ev.attacker_strategy,
+        # A line's goal is in dollars: one in another currency is left to the seed's call,
+        # which the line keeps and from which the goal is found again (never converted).
+        goal=None if goal is None or goal.currency != "USD" else (goal.recipient, goal.amount),
+    )

@@ -7,8 +7,10 @@ They live in a folder (`passports/` by default, shipped inside the package) hold
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pytest_vault.core.json import sha256
 from pytest_vault.guard.folder import LEVELS, SHIPPED, read_levels_file
@@ -51,3 +53,14 @@ def load_levels(folder: str | Path = SHIPPED) -> dict[int, Level]:
             settings_sha256=sha256(data),
         )
     return levels
+
+
+def passport_record(levels: Mapping[int, Level]) -> dict[str, Any]:
+    """Per level, the passport file loaded and its digest, and the levels.toml digest
+    (the shape a results file's metadata records them in)."""
+    record: dict[str, Any] = {
+        str(n): {"file": level.passport_file.name, "sha256": level.passport_sha256}
+        for n, level in sorted(levels.items())
+    }
+    record["levels.toml"] = next(iter(levels.values())).settings_sha256
+    return record

@@ -109,3 +109,11 @@ class ProviderAttacker:
         if not move.text:
             raise ModelError(f"attacker {self.spec}: an empty message")
         return move
+
+
+def attacker_prompt_file(passports: Path | None) -> Path:
+    """A real-model attacker's prompt: beside the levels.toml in use, else the shipped one."""
+    from pytest_vault.guard.folder import SHIPPED
+
+    prompt = (passports or SHIPPED) / "attacker.toml"
+    return prompt if prompt.is_file() else SHIPPED / "attacker.toml"

@@ -28,7 +28,8 @@ from pytest_vault.plugin.plan import (
     pytest_runtestloop_plan,
     without_workers,
 )
-from pytest_vault.plugin.session import VAULT, Job, VaultSession
+from pytest_vault.plugin.session import VAULT, VaultSession
+from pytest_vault.plugin.settings import Job
 
 # Hooks that live with their concern, registered through this module.
 __all__ = [

@@ -13,7 +13,8 @@ import pytest
 from pytest_vault.core.text import shown
 from pytest_vault.models.specs import CONTROL_MODELS, PROVIDERS
 from pytest_vault.plugin.options import DEFAULT_CACHE, OPTIONS
-from pytest_vault.plugin.session import Options, VaultSession
+from pytest_vault.plugin.session import VaultSession
+from pytest_vault.plugin.settings import Options
 
 if TYPE_CHECKING:
     from pytest_vault.harness.agent import Track
@@ -245,8 +246,7 @@ def _attacker(config: pytest.Config, specs: dict[str, Spec]) -> str | None:
         # Its prompt is read now, as a judge's is: a bad attacker.toml stops the run
         # before it starts, not an error row per adaptive test.
         from pytest_vault.core.errors import FileError
-        from pytest_vault.models.attacker import load_prompt
-        from pytest_vault.plugin.session import attacker_prompt_file
+        from pytest_vault.models.attacker import attacker_prompt_file, load_prompt
 
         try:
             load_prompt(attacker_prompt_file(_path(get("vault_passports"))))

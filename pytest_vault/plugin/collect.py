@@ -17,7 +17,8 @@ from pytest_vault.corpus.model import Case
 from pytest_vault.guard.money import Money
 from pytest_vault.guard.passport import PassportError
 from pytest_vault.harness.events import RECORDED
-from pytest_vault.plugin.session import Job, vault_of
+from pytest_vault.plugin.session import vault_of
+from pytest_vault.plugin.settings import Job
 
 if TYPE_CHECKING:
     from pytest_vault.harness.agent import Track

@@ -11,6 +11,7 @@ import pytest
 
 from pytest_vault.core.text import shown
 from pytest_vault.plugin.checks import asks
+from pytest_vault.plugin.record import metadata
 from pytest_vault.plugin.session import VAULT, VaultSession
 from pytest_vault.plugin.xdist import WORKER_OUTPUT, is_worker
 
@@ -49,7 +50,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return
     from pytest_vault.report.baseline import BaselineError, check_corpus, read_corpus
 
-    meta = vault.metadata()
+    meta = metadata(vault)
     try:
         base = config.stash.get(BASELINE, None)
         theirs = (base.corpus_digest, base.corpus_files) if base else read_corpus(opts.baseline)
@@ -114,7 +115,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 def _write_results(vault: VaultSession, path: Path) -> None:
-    vault.store.write_results(path, vault.metadata())
+    vault.store.write_results(path, metadata(vault))
 
 
 def _write_report(vault: VaultSession, path: Path) -> None:
@@ -122,7 +123,7 @@ def _write_report(vault: VaultSession, path: Path) -> None:
     from pytest_vault.report.outputs import replacing
 
     with replacing(path) as partial:
-        write_html(vault.store.results(), [vault.metadata()], partial)
+        write_html(vault.store.results(), [metadata(vault)], partial)
 
 
 def _write_found(vault: VaultSession, path: Path) -> None:

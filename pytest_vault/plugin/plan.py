@@ -3,9 +3,17 @@ it; and the evaluations a run plans, per coverage cell."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
-from pytest_vault.plugin.session import VAULT
+from pytest_vault.core.text import safe
+from pytest_vault.plugin.session import VAULT, VaultSession
+
+if TYPE_CHECKING:
+    from pytest_vault.models.plan import ModelPlan
+    from pytest_vault.models.providers import ProviderModel
+    from pytest_vault.plugin.settings import Job
 
 
 def planned(items: list[pytest.Item]) -> dict[str, int]:
@@ -43,7 +51,7 @@ def pytest_runtestloop_plan(session: pytest.Session) -> bool | None:
     from pytest_vault.plugin.collect import VaultItem
     from pytest_vault.plugin.outputs import stream
 
-    plans = vault.plan([item.job for item in session.items if isinstance(item, VaultItem)])
+    plans = plan_of(vault, [item.job for item in session.items if isinstance(item, VaultItem)])
     if vault.options.plan == "json":
         from pytest_vault.core.text import json_text
 
@@ -73,3 +81,56 @@ def pytest_configure_plan_output(config: pytest.Config) -> None:
         config.pluginmanager.register(
             pytest.TerminalReporter(config, sys.stderr), "terminalreporter"
         )
+
+
+def plan_of(vault: VaultSession, jobs: list[Job]) -> list[ModelPlan]:
+    """What running these jobs would take. Our providers' clients are built, to key
+    requests exactly as they would, and closed unused: nothing is asked, no runner
+    starts, nothing is written."""
+    import asyncio
+
+    from pytest_vault.models.cache import ResponseCache
+    from pytest_vault.models.plan import Planned, plan_run
+
+    opts = vault.options
+    providers: dict[str, ProviderModel | str] = {}
+    # Only our providers' requests can be keyed here; a plugin's are its own.
+    for text in vault.our_providers(opts.models):
+        try:
+            providers[text] = vault.provider_model(text, keyless=True)
+        except Exception as exc:  # noqa: BLE001 - one redacted line, not a traceback
+            providers[text] = safe(f"cannot build the client: {type(exc).__name__}: {exc}")
+    built = [m for m in providers.values() if not isinstance(m, str)]
+
+    async def close() -> None:
+        for model in built:
+            await model.close()
+
+    attacker = None if opts.attacker is None else vault.our_providers([opts.attacker])
+    try:
+        return plan_run(
+            [vault.spec(text) for text in opts.models],
+            [Planned(job.case, job.spec, job.track) for job in jobs],
+            vault.levels if jobs else {},
+            max_steps=opts.max_steps,
+            providers=providers,
+            cache=ResponseCache(opts.cache) if opts.cache else None,
+            prices=vault.spend.prices,
+            rounds=opts.rounds,
+            attacker=attacker[0] if attacker else None,
+            judges=_judge_caps(vault),
+        )
+    finally:
+        asyncio.run(close())
+        vault.forget_providers()  # never asked: they have no decode settings to record
+
+
+def _judge_caps(vault: VaultSession) -> dict[str, int]:
+    """Each real-model judge's token cap (the prompt was checked at configure time)."""
+    real = vault.our_providers(vault.options.judges)
+    if not real:
+        return {}
+    from pytest_vault.harness.judges import judge_prompt_file, load_judge_prompt
+
+    cap = load_judge_prompt(judge_prompt_file(vault.options.passports)).prompt.max_tokens
+    return dict.fromkeys(real, cap)

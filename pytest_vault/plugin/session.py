@@ -9,23 +9,19 @@ that collects no corpus (or `pytest --help`) pays nothing for them.
 from __future__ import annotations
 
 import concurrent.futures
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pluggy import HookRelay
 
-    from pytest_vault.corpus.model import Case
     from pytest_vault.harness.adaptive import Attacker, Campaign
-    from pytest_vault.harness.agent import Evaluation, Model, Track
-    from pytest_vault.harness.bank import Architecture
+    from pytest_vault.harness.agent import Evaluation, Model
     from pytest_vault.harness.judges import Judge, Verdict
     from pytest_vault.harness.levels import Level
     from pytest_vault.harness.yours import Loader
-    from pytest_vault.models.plan import ModelPlan
     from pytest_vault.models.providers import ProviderModel, Stats
     from pytest_vault.models.ratelimit import RateLimiter, Spend
     from pytest_vault.models.specs import Role, Spec
@@ -33,91 +29,12 @@ if TYPE_CHECKING:
 
 import pytest
 
-from pytest_vault.core.text import safe, scrub_url, shown
-from pytest_vault.models.specs import CONTROL_MODELS
+from pytest_vault.core.text import safe, shown
 from pytest_vault.plugin.rows import RowStore, TableRows
+from pytest_vault.plugin.settings import Job, Options
 
 # Distinct (name, value) user properties shared between tests, at most.
 SHARED_PROPERTIES = 4096
-
-
-@dataclass(frozen=True)
-class Options:
-    models: tuple[str, ...] = CONTROL_MODELS
-    tracks: tuple[Track, ...] = ("A", "B")
-    architectures: tuple[Architecture, ...] = ("model", "guarded")
-    levels: frozenset[int] = frozenset({1, 2, 3, 4, 5})
-    passports: Path | None = None
-    results: Path | None = None
-    strict: bool = False
-    max_steps: int = 8
-    # Real models. Concurrency, rate limits and the spend cap are for the whole run;
-    # under pytest-xdist each worker takes an equal share (`share_of`).
-    base_url: str | None = None
-    concurrency: int = 16
-    rpm: float | None = None
-    tpm: float | None = None
-    tries: int = 6
-    timeout: float = 120.0
-    agent_timeout: float = 600.0  # one reply of an `agent:` spec
-    cache: Path | None = None
-    budget_usd: float | None = None
-    prices: Path | None = None
-    progress_s: float = 15.0
-    # This job's share of the items (K of N, 1-based), for spreading a run over CI jobs.
-    shard: tuple[int, int] | None = None
-    report: Path | None = None
-    # `--vault-guard MODULE:FACTORY`: the team's guard instead of ours (None: "oap").
-    guard: str | None = None
-    # A stratified sample of the attacks (and of the benign cases), and its seed.
-    sample: int | None = None
-    sample_benign: int | None = None
-    seed: int = 0
-    # The last release's results, to gate against at the end.
-    baseline: Path | None = None
-    baseline_model: str | None = None
-    baseline_any_corpus: bool = False
-    # `--vault-plan`: print what the run would cost and run nothing.
-    plan: Literal["text", "json"] | None = None
-    # Where `agent:` and `--vault-guard` modules are imported from if not on sys.path.
-    rootdir: Path | None = None
-    # The adaptive track: the attacker's spec, its rounds, whether it sees the policy,
-    # and where its finds are written as corpus lines.
-    attacker: str | None = None
-    rounds: int = 5
-    attacker_sees_policy: bool = False
-    export_found: Path | None = None
-    # `--vault-judge`: judges that read each completed evaluation's transcript, an audit
-    # recorded beside the events, never deciding a test.
-    judges: tuple[str, ...] = ()
-    # What the plugins that claimed them said each spec is (models, judges, attacker),
-    # by its text: `plugin.specs.claim`, at configure time.
-    specs: Mapping[str, Spec] = field(default_factory=dict)
-
-    def share_of(self, workers: int) -> Options:
-        """This worker's part of the run-wide limits."""
-        from dataclasses import replace
-
-        if workers <= 1:
-            return self
-        return replace(
-            self,
-            concurrency=max(1, math.ceil(self.concurrency / workers)),
-            rpm=None if self.rpm is None else self.rpm / workers,
-            tpm=None if self.tpm is None else self.tpm / workers,
-            budget_usd=None if self.budget_usd is None else self.budget_usd / workers,
-        )
-
-
-@dataclass(frozen=True)
-class Job:
-    """One evaluation to run: a case on a track, against a model, in an architecture."""
-
-    key: str
-    case: Case
-    spec: str
-    track: Track
-    architecture: Architecture
 
 
 @dataclass
@@ -172,7 +89,7 @@ class VaultSession:
         """The five levels; raises `PassportError` (one line) if they cannot be used."""
         if self._levels is None:
             from pytest_vault.guard.folder import SHIPPED
-            from pytest_vault.harness.levels import load_levels
+            from pytest_vault.harness.levels import load_levels, passport_record
 
             self._levels = load_levels(self.options.passports or SHIPPED)
             self.passports = passport_record(self._levels)
@@ -388,7 +305,9 @@ class VaultSession:
             job.spec, ev.usage.input_tokens, ev.usage.output_tokens
         )
         if ev.track == "adaptive" and result["unpermitted"]:
-            result[FOUND] = _found_line(ev)
+            from pytest_vault.harness.adaptive import found_line_of
+
+            result[FOUND] = found_line_of(ev)
         return result
 
     async def _adaptive(
@@ -499,125 +418,16 @@ class VaultSession:
         own = {spec: m.decode.record(m.wire.provider) for spec, m in self._providers.items()}
         return {**self.decode, **own}
 
-    def metadata(self) -> dict[str, Any]:
-        """What travels with the rows: enough to tell two runs apart."""
-        from pytest_vault import __version__
-        from pytest_vault.corpus.load import corpus_digest
+    def forget_providers(self) -> None:
+        """Our providers' clients built for a plan and never asked: nothing to record."""
+        self._providers.clear()
 
-        opts = self.options
-        return {
-            "pytest_vault_version": __version__,
-            "models": list(opts.models),
-            "tracks": list(opts.tracks),
-            "architectures": list(opts.architectures),
-            # The guard under test in the guarded rows; None when no row is guarded.
-            "guard": self.guard_spec if "guarded" in opts.architectures else None,
-            "levels": sorted(opts.levels),
-            "strict": opts.strict,
-            "max_steps": opts.max_steps,
-            "base_url": None if opts.base_url is None else scrub_url(opts.base_url),
-            "decode": dict(sorted(self.decode_record().items())),
-            "passports": dict(sorted(self.passports.items())),
-            "corpus_files": dict(sorted(self.corpus_digests.items())),
-            "corpus_digest": corpus_digest(self.corpus_digests),
-            "shard": None if opts.shard is None else f"{opts.shard[0]}/{opts.shard[1]}",
-            "planned": dict(sorted(self.planned.items())),
-            "planned_run": dict(sorted(self.planned_run.items())),
-            "sample": self.sample,
-            "attacker": None
-            if opts.attacker is None
-            else {
-                "spec": opts.attacker,
-                "rounds": opts.rounds,
-                "sees_policy": opts.attacker_sees_policy,
-            },
-            "judges": list(opts.judges),
-            "judge_prompt": self.judge_record(),
-        }
-
-    def judge_record(self) -> dict[str, Any] | None:
-        """The judge prompt the real-model judges were given: file, digest, token cap,
-        temperature (always 0); None when no judge asks a provider."""
-        if not self._our_providers(self.options.judges):
-            return None
-        from pytest_vault.core.errors import FileError
-        from pytest_vault.harness.judges import (
-            TEMPERATURE,
-            judge_prompt_file,
-            load_judge_prompt,
-        )
-
-        try:
-            loaded = load_judge_prompt(judge_prompt_file(self.options.passports))
-        except FileError as exc:
-            return {"error": str(exc)}
-        return {
-            "file": loaded.file.name,
-            "sha256": loaded.sha256,
-            "max_tokens": loaded.prompt.max_tokens,
-            "temperature": TEMPERATURE,
-        }
-
-    def _our_providers(self, texts: Sequence[str]) -> list[str]:
+    def our_providers(self, texts: Sequence[str]) -> list[str]:
         """The specs that ask one of our providers, with our prompt (judges.toml,
         attacker.toml): what they ask is known; a plugin's is its own."""
         from pytest_vault.plugin.specs import ours
 
         return [t for t in texts if (spec := self.spec(t)).provider and ours(spec)]
-
-    def _judge_caps(self) -> dict[str, int]:
-        """Each real-model judge's token cap, for the plan (checked at configure time)."""
-        real = self._our_providers(self.options.judges)
-        if not real:
-            return {}
-        from pytest_vault.harness.judges import judge_prompt_file, load_judge_prompt
-
-        cap = load_judge_prompt(judge_prompt_file(self.options.passports)).prompt.max_tokens
-        return dict.fromkeys(real, cap)
-
-    def plan(self, jobs: list[Job]) -> list[ModelPlan]:
-        """What running these jobs would take (`--vault-plan`). The providers' clients are
-        built, to key requests exactly as they would, and closed unused: nothing is asked,
-        no runner starts, nothing is written."""
-        import asyncio
-
-        from pytest_vault.models.cache import ResponseCache
-        from pytest_vault.models.plan import Planned, plan_run
-
-        opts = self.options
-        providers: dict[str, ProviderModel | str] = {}
-        # Only our providers' requests can be keyed here; a plugin's are its own.
-        for text in self._our_providers(opts.models):
-            try:
-                providers[text] = self.provider_model(text, keyless=True)
-            except Exception as exc:  # noqa: BLE001 - one redacted line, not a traceback
-                providers[text] = safe(f"cannot build the client: {type(exc).__name__}: {exc}")
-        built = [m for m in providers.values() if not isinstance(m, str)]
-
-        async def close() -> None:
-            for model in built:
-                await model.close()
-
-        try:
-            return plan_run(
-                [self.spec(text) for text in opts.models],
-                [Planned(job.case, job.spec, job.track) for job in jobs],
-                self.levels if jobs else {},
-                max_steps=opts.max_steps,
-                providers=providers,
-                cache=ResponseCache(opts.cache) if opts.cache else None,
-                prices=self.spend.prices,
-                rounds=opts.rounds,
-                attacker=self._provider_attacker(),
-                judges=self._judge_caps(),
-            )
-        finally:
-            asyncio.run(close())
-            self._providers.clear()  # never asked: they have no decode settings to record
-
-    def _provider_attacker(self) -> str | None:
-        spec = self.options.attacker
-        return None if spec is None else next(iter(self._our_providers([spec])), None)
 
     def worker_sample(self, record: dict[str, Any] | None) -> None:
         """A worker's sample, on the xdist controller: every worker must have chosen the
@@ -632,45 +442,8 @@ class VaultSession:
             )
 
 
-def attacker_prompt_file(passports: Path | None) -> Path:
-    """A real-model attacker's prompt: beside the levels.toml in use, else the shipped one."""
-    from pytest_vault.guard.folder import SHIPPED
-
-    prompt = (passports or SHIPPED) / "attacker.toml"
-    return prompt if prompt.is_file() else SHIPPED / "attacker.toml"
-
-
-def _found_line(ev: Evaluation) -> str:
-    """The corpus line of an adaptive find (`--vault-export-found`)."""
-    from pytest_vault.corpus.export import found_line
-    from pytest_vault.harness.adaptive import goal_of
-
-    goal = goal_of(ev.case)
-    return found_line(
-        ev.case,
-        ev.sent,
-        attacker=str(ev.attacker),
-        model=ev.model,
-        architecture=ev.architecture,
-        strategy=ev.attacker_strategy,
-        # A line's goal is in dollars: one in another currency is left to the seed's call,
-        # which the line keeps and from which the goal is found again (never converted).
-        goal=None if goal is None or goal.currency != "USD" else (goal.recipient, goal.amount),
-    )
-
-
 def _digest(sample: dict[str, Any] | None) -> str:
     return "no sample" if sample is None else str(sample.get("ids_digest"))
-
-
-def passport_record(levels: dict[int, Level]) -> dict[str, Any]:
-    """Per level, the passport file loaded and its digest; and the levels.toml digest."""
-    record: dict[str, Any] = {
-        str(n): {"file": level.passport_file.name, "sha256": level.passport_sha256}
-        for n, level in sorted(levels.items())
-    }
-    record["levels.toml"] = next(iter(levels.values())).settings_sha256
-    return record
 
 
 VAULT = pytest.StashKey[VaultSession]()

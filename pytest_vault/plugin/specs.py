@@ -141,8 +141,7 @@ class Builtin:
             from pytest_vault.harness.adaptive import make_attacker
 
             return make_attacker(spec.text)
-        from pytest_vault.models.attacker import ProviderAttacker, load_prompt
-        from pytest_vault.plugin.session import attacker_prompt_file
+        from pytest_vault.models.attacker import ProviderAttacker, attacker_prompt_file, load_prompt
 
         prompt = attacker_prompt_file(session.options.passports)
         return ProviderAttacker(session.provider_model(spec.text), prompt, load_prompt(prompt))
@@ -157,9 +156,9 @@ def own_hooks() -> HookRelay:
     """The hooks with only our own implementations: a session made outside pytest."""
     import pluggy
 
-    from pytest_vault.plugin import hookspecs
+    import pytest_vault.plugin.hookspecs
 
     manager = pluggy.PluginManager("pytest")
-    manager.add_hookspecs(hookspecs)
+    manager.add_hookspecs(pytest_vault.plugin.hookspecs)
     manager.register(Builtin(), "vault-specs")
     return manager.hook

@@ -22,12 +22,18 @@ from pydantic import ValidationError
 from pytest_vault.corpus.export import CANARY, found_file, found_line
 from pytest_vault.corpus.load import load_corpus, read_case
 from pytest_vault.corpus.model import Case, Goal
-from pytest_vault.harness.adaptive import ESCALATE, Campaign, Move, View, evaluate_adaptive
+from pytest_vault.harness.adaptive import (
+    ESCALATE,
+    Campaign,
+    Move,
+    View,
+    evaluate_adaptive,
+    found_line_of,
+)
 from pytest_vault.harness.agent import Evaluation, evaluate
 from pytest_vault.harness.controls import CONTROLS
 from pytest_vault.harness.events import row
 from pytest_vault.harness.levels import load_levels
-from pytest_vault.plugin.session import _found_line
 
 LEVELS = load_levels()
 SEED = read_case(
@@ -230,7 +236,7 @@ def _replays(tmp_path: Path, text: str, spec: str) -> None:
         evaluate_adaptive(SEED, LEVELS[3], control, "model", Campaign(Says(text), rounds=2))
     )
     assert row(found)["unpermitted"], text
-    [case] = _loaded(tmp_path, [_found_line(found)])
+    [case] = _loaded(tmp_path, [found_line_of(found)])
     again = asyncio.run(evaluate(case, LEVELS[3], control, "B", "model"))
     assert row(again)["unpermitted"]
     assert _calls(again) == _calls(found)

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from pytest_vault.plugin.options import BEGIN, END, OPTIONS, reference
-from pytest_vault.plugin.session import VAULT, Options
+from pytest_vault.plugin.session import VAULT
+from pytest_vault.plugin.settings import Options
 
 README = Path(__file__).parents[2] / "README.md"
 SPEC = "'': expected a spec, e.g. openai:MODEL"

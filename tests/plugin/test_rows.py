@@ -144,6 +144,7 @@ def _summary(lines: list[str]) -> list[str]:
 # under xdist, as each report brings it), written and summarized from the dicts.
 REFERENCE = """
 import pytest
+from pytest_vault.plugin.record import metadata
 from pytest_vault.plugin.session import VAULT
 
 ROWS = {}
@@ -162,7 +163,7 @@ def pytest_sessionfinish(session):
     from pytest_vault.report.results import write_results
     from pytest_vault.report.summary import render
 
-    rows, meta = list(ROWS.values()), config.stash[VAULT].metadata()
+    rows, meta = list(ROWS.values()), metadata(config.stash[VAULT])
     write_results(rows, config.rootpath / "reference.parquet", meta)
     write_html(rows, [meta], config.rootpath / "reference.html")
     text = "\\n".join(render(rows, sample=config.stash[VAULT].sample))

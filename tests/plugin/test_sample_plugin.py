@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 
 from pytest_vault.corpus.sample import ids_digest
-from pytest_vault.plugin.session import Options, VaultSession
+from pytest_vault.plugin.record import metadata
+from pytest_vault.plugin.session import VaultSession
+from pytest_vault.plugin.settings import Options
 from pytest_vault.report.results import (
     ReportError,
     ResultsError,
@@ -278,7 +280,7 @@ def test_workers_must_agree_on_the_sample() -> None:
     vault = VaultSession(Options())
     vault.worker_sample(RECORD)
     vault.worker_sample(dict(RECORD))
-    assert vault.sample == RECORD and vault.metadata()["sample"] == RECORD
+    assert vault.sample == RECORD and metadata(vault)["sample"] == RECORD
     with pytest.raises(pytest.UsageError) as caught:
         vault.worker_sample(None)
     assert str(caught.value) == (

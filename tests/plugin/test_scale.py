@@ -7,7 +7,8 @@ import pytest
 from pytest_vault.corpus.model import Case
 from pytest_vault.plugin import session as session_module
 from pytest_vault.plugin.collect import keywords
-from pytest_vault.plugin.session import Options, VaultSession
+from pytest_vault.plugin.session import VaultSession
+from pytest_vault.plugin.settings import Options
 
 
 def test_recorded_shares_equal_scalars_and_keeps_types_apart() -> None:

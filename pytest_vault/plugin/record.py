@@ -1,0 +1,71 @@
+"""What travels with the rows (a results file's metadata): enough to tell two runs apart."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pytest_vault.core.text import scrub_url
+
+if TYPE_CHECKING:
+    from pytest_vault.plugin.session import VaultSession
+
+
+def metadata(vault: VaultSession) -> dict[str, Any]:
+    """What travels with the rows: enough to tell two runs apart."""
+    from pytest_vault import __version__
+    from pytest_vault.corpus.load import corpus_digest
+
+    opts = vault.options
+    return {
+        "pytest_vault_version": __version__,
+        "models": list(opts.models),
+        "tracks": list(opts.tracks),
+        "architectures": list(opts.architectures),
+        # The guard under test in the guarded rows; None when no row is guarded.
+        "guard": vault.guard_spec if "guarded" in opts.architectures else None,
+        "levels": sorted(opts.levels),
+        "strict": opts.strict,
+        "max_steps": opts.max_steps,
+        "base_url": None if opts.base_url is None else scrub_url(opts.base_url),
+        "decode": dict(sorted(vault.decode_record().items())),
+        "passports": dict(sorted(vault.passports.items())),
+        "corpus_files": dict(sorted(vault.corpus_digests.items())),
+        "corpus_digest": corpus_digest(vault.corpus_digests),
+        "shard": None if opts.shard is None else f"{opts.shard[0]}/{opts.shard[1]}",
+        "planned": dict(sorted(vault.planned.items())),
+        "planned_run": dict(sorted(vault.planned_run.items())),
+        "sample": vault.sample,
+        "attacker": None
+        if opts.attacker is None
+        else {
+            "spec": opts.attacker,
+            "rounds": opts.rounds,
+            "sees_policy": opts.attacker_sees_policy,
+        },
+        "judges": list(opts.judges),
+        "judge_prompt": judge_record(vault),
+    }
+
+
+def judge_record(vault: VaultSession) -> dict[str, Any] | None:
+    """The judge prompt the real-model judges were given: file, digest, token cap,
+    temperature (always 0); None when no judge asks a provider."""
+    if not vault.our_providers(vault.options.judges):
+        return None
+    from pytest_vault.core.errors import FileError
+    from pytest_vault.harness.judges import (
+        TEMPERATURE,
+        judge_prompt_file,
+        load_judge_prompt,
+    )
+
+    try:
+        loaded = load_judge_prompt(judge_prompt_file(vault.options.passports))
+    except FileError as exc:
+        return {"error": str(exc)}
+    return {
+        "file": loaded.file.name,
+        "sha256": loaded.sha256,
+        "max_tokens": loaded.prompt.max_tokens,
+        "temperature": TEMPERATURE,
+    }

@@ -1,0 +1,97 @@
+"""The run's settings, parsed and checked once at configure time (`checks.options_of`),
+and the one unit of work they select."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from pytest_vault.models.specs import CONTROL_MODELS
+
+if TYPE_CHECKING:
+    from pytest_vault.corpus.model import Case
+    from pytest_vault.harness.agent import Track
+    from pytest_vault.harness.bank import Architecture
+    from pytest_vault.models.specs import Spec
+
+
+@dataclass(frozen=True)
+class Options:
+    models: tuple[str, ...] = CONTROL_MODELS
+    tracks: tuple[Track, ...] = ("A", "B")
+    architectures: tuple[Architecture, ...] = ("model", "guarded")
+    levels: frozenset[int] = frozenset({1, 2, 3, 4, 5})
+    passports: Path | None = None
+    results: Path | None = None
+    strict: bool = False
+    max_steps: int = 8
+    # Real models. Concurrency, rate limits and the spend cap are for the whole run;
+    # under pytest-xdist each worker takes an equal share (`share_of`).
+    base_url: str | None = None
+    concurrency: int = 16
+    rpm: float | None = None
+    tpm: float | None = None
+    tries: int = 6
+    timeout: float = 120.0
+    agent_timeout: float = 600.0  # one reply of an `agent:` spec
+    cache: Path | None = None
+    budget_usd: float | None = None
+    prices: Path | None = None
+    progress_s: float = 15.0
+    # This job's share of the items (K of N, 1-based), for spreading a run over CI jobs.
+    shard: tuple[int, int] | None = None
+    report: Path | None = None
+    # `--vault-guard MODULE:FACTORY`: the team's guard instead of ours (None: "oap").
+    guard: str | None = None
+    # A stratified sample of the attacks (and of the benign cases), and its seed.
+    sample: int | None = None
+    sample_benign: int | None = None
+    seed: int = 0
+    # The last release's results, to gate against at the end.
+    baseline: Path | None = None
+    baseline_model: str | None = None
+    baseline_any_corpus: bool = False
+    # `--vault-plan`: print what the run would cost and run nothing.
+    plan: Literal["text", "json"] | None = None
+    # Where `agent:` and `--vault-guard` modules are imported from if not on sys.path.
+    rootdir: Path | None = None
+    # The adaptive track: the attacker's spec, its rounds, whether it sees the policy,
+    # and where its finds are written as corpus lines.
+    attacker: str | None = None
+    rounds: int = 5
+    attacker_sees_policy: bool = False
+    export_found: Path | None = None
+    # `--vault-judge`: judges that read each completed evaluation's transcript, an audit
+    # recorded beside the events, never deciding a test.
+    judges: tuple[str, ...] = ()
+    # What the plugins that claimed them said each spec is (models, judges, attacker),
+    # by its text: `plugin.specs.claim`, at configure time.
+    specs: Mapping[str, Spec] = field(default_factory=dict)
+
+    def share_of(self, workers: int) -> Options:
+        """This worker's part of the run-wide limits."""
+        from dataclasses import replace
+
+        if workers <= 1:
+            return self
+        return replace(
+            self,
+            concurrency=max(1, math.ceil(self.concurrency / workers)),
+            rpm=None if self.rpm is None else self.rpm / workers,
+            tpm=None if self.tpm is None else self.tpm / workers,
+            budget_usd=None if self.budget_usd is None else self.budget_usd / workers,
+        )
+
+
+@dataclass(frozen=True)
+class Job:
+    """One evaluation to run: a case on a track, against a model, in an architecture."""
+
+    key: str
+    case: Case
+    spec: str
+    track: Track
+    architecture: Architecture
