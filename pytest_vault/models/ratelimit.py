@@ -135,7 +135,10 @@ def load_prices(path: Path) -> dict[str, Price]:
         table = load_toml(path, _PriceTable)[0]
     except FileError as exc:
         raise PriceError(str(exc)) from None
-    return {spec: Price(e.input_per_mtok, e.output_per_mtok) for spec, e in (table.__pydantic_extra__ or {}).items()}
+    return {
+        spec: Price(e.input_per_mtok, e.output_per_mtok)
+        for spec, e in (table.__pydantic_extra__ or {}).items()
+    }
 
 
 @dataclass

@@ -84,7 +84,7 @@ from pytest_vault.guard.engine import (
 from pytest_vault.guard.money import Money
 from pytest_vault.harness.bank import PASSPORT_TOOLS
 from pytest_vault.harness.controls import reads_passport
-from pytest_vault.harness.levels import Level
+from pytest_vault.harness.levels import Level, passport_record
 from pytest_vault.report.formats import render_text
 from pytest_vault.report.results import CALL, CALLS, scrubbed
 from pytest_vault.report.tables import Analysis, Bootstrap, merged_metadata
@@ -100,17 +100,6 @@ _AMOUNT_CODES = frozenset({LIMIT_EXCEEDED, CURRENCY_UNSUPPORTED})
 _UNREADABLE = (False, (INVALID_CONTEXT,))
 _STILL_UNREADABLE = deny(INVALID_CONTEXT, "the arguments could not be read (as recorded)")
 FLIP_KEYS = ("attack_id", "session", "model", "track", "architecture", "level")
-
-
-def passport_record(levels: Mapping[int, Level]) -> dict[str, Any]:
-    """Per level, the passport file loaded and its digest, and the levels.toml digest
-    (the shape a results file's metadata records them in)."""
-    record: dict[str, Any] = {
-        str(n): {"file": level.passport_file.name, "sha256": level.passport_sha256}
-        for n, level in sorted(levels.items())
-    }
-    record["levels.toml"] = next(iter(levels.values())).settings_sha256
-    return record
 
 
 # -- reading the calls ----------------------------------------------------------------------
