@@ -13,7 +13,7 @@ import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pytest_vault.core.text import shown
 from pytest_vault.harness.agent import TOOLS, Message, ModelRequest, user_messages
@@ -106,13 +106,15 @@ def plan_run(
     rounds: int = 1,
     attacker: str | None = None,
     judges: Mapping[str, int] | None = None,
+    unknown: Mapping[str, Literal["judge", "attacker"]] | None = None,
 ) -> list[ModelPlan]:
     """One plan per model spec, in the order given (every `planned` item's spec among
     them). `providers` holds, per provider spec whose requests can be keyed, its model
     (never asked) or why its client could not be built. An adaptive evaluation sends up
     to `rounds` user messages; a real-model `attacker` writes all but the first (None:
     none asks a provider). `judges`: each real-model judge's token cap; it reads each
-    completed evaluation once."""
+    completed evaluation once. `unknown`: a plugin's judges and attacker that spend,
+    whose requests are their own: planned as unknown, never left out."""
     steps = max(max_steps, 1)  # as evaluate() bounds each user message
     counts = {spec.text: _Counts() for spec in specs}
     asks = _Counts()  # the attacker's requests: one per round after the first
@@ -157,6 +159,11 @@ def plan_run(
         note = "attacker: one request per round after the first; tokens not estimated"
         plans.append(ModelPlan(attacker, asks.evaluations, asks.requests, *(None,) * 7, note=note))
     planned_evaluations = sum(c.evaluations for c in counts.values())
+    for spec, role in (unknown or {}).items():
+        evaluations = asks.evaluations if role == "attacker" else planned_evaluations
+        if evaluations:
+            note = f"{role}: requests unknown (a plugin's {role} asks on its own)"
+            plans.append(ModelPlan(spec, evaluations, *(None,) * 8, note))
     for judge, max_tokens in (judges or {}).items():
         if not planned_evaluations:
             continue

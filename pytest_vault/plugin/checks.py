@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_vault.core.text import shown
-from pytest_vault.models.specs import CONTROL_MODELS, PROVIDERS
+from pytest_vault.models.specs import CONTROL_MODELS
 from pytest_vault.plugin.options import DEFAULT_CACHE, OPTIONS
 from pytest_vault.plugin.session import VaultSession
 from pytest_vault.plugin.settings import Options
+from pytest_vault.plugin.specs import our_provider
 
 if TYPE_CHECKING:
     from pytest_vault.harness.agent import Track
@@ -206,18 +207,13 @@ def _writable(cache: Path) -> None:
         ) from None
 
 
-def _ours_asking(spec: Spec) -> bool:
-    """One of our provider specs (whose prompt is one of our files)."""
-    return spec.provider and spec.text.partition(":")[0] in PROVIDERS
-
-
 def _judges(config: pytest.Config, specs: dict[str, Spec]) -> tuple[str, ...]:
     """`--vault-judge` specs, each claimed; the judge prompt is read now when one of our
     providers judges, so a bad `judges.toml` stops the run before it starts."""
     if not config.getoption("vault_judge"):
         return ()
     judges = _claimed(config, "vault_judge", "judge", (), specs)
-    if any(_ours_asking(specs[text]) for text in judges):
+    if any(our_provider(specs[text]) for text in judges):
         from pytest_vault.core.errors import FileError
         from pytest_vault.harness.judges import judge_prompt_file, load_judge_prompt
 
@@ -242,7 +238,7 @@ def _attacker(config: pytest.Config, specs: dict[str, Spec]) -> str | None:
             )
         return None
     (spec,) = _claimed(config, "vault_attacker", "attacker", (), specs)
-    if _ours_asking(specs[spec]):
+    if our_provider(specs[spec]):
         # Its prompt is read now, as a judge's is: a bad attacker.toml stops the run
         # before it starts, not an error row per adaptive test.
         from pytest_vault.core.errors import FileError

@@ -3,7 +3,7 @@ it; and the evaluations a run plans, per coverage cell."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import pytest
 
@@ -119,6 +119,7 @@ def plan_of(vault: VaultSession, jobs: list[Job]) -> list[ModelPlan]:
             rounds=opts.rounds,
             attacker=attacker[0] if attacker else None,
             judges=_judge_caps(vault),
+            unknown=_theirs(vault),
         )
     finally:
         asyncio.run(close())
@@ -134,3 +135,14 @@ def _judge_caps(vault: VaultSession) -> dict[str, int]:
 
     cap = load_judge_prompt(judge_prompt_file(vault.options.passports)).prompt.max_tokens
     return dict.fromkeys(real, cap)
+
+
+def _theirs(vault: VaultSession) -> dict[str, Literal["judge", "attacker"]]:
+    """A plugin's judges and attacker that spend: the plan names them, requests unknown."""
+    from pytest_vault.plugin.specs import ours
+
+    opts = vault.options
+    roles: list[tuple[str, Literal["judge", "attacker"]]] = [(j, "judge") for j in opts.judges]
+    if opts.attacker is not None:
+        roles.append((opts.attacker, "attacker"))
+    return {t: r for t, r in roles if (spec := vault.spec(t)).provider and not ours(spec)}

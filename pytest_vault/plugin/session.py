@@ -423,11 +423,10 @@ class VaultSession:
         self._providers.clear()
 
     def our_providers(self, texts: Sequence[str]) -> list[str]:
-        """The specs that ask one of our providers, with our prompt (judges.toml,
-        attacker.toml): what they ask is known; a plugin's is its own."""
-        from pytest_vault.plugin.specs import ours
+        """The specs that ask one of our providers (`specs.our_provider`)."""
+        from pytest_vault.plugin.specs import our_provider
 
-        return [t for t in texts if (spec := self.spec(t)).provider and ours(spec)]
+        return [t for t in texts if our_provider(self.spec(t))]
 
     def worker_sample(self, record: dict[str, Any] | None) -> None:
         """A worker's sample, on the xdist controller: every worker must have chosen the

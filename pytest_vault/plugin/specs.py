@@ -152,6 +152,12 @@ def ours(spec: Spec) -> bool:
     return spec.text.partition(":")[0] in OURS
 
 
+def our_provider(spec: Spec) -> bool:
+    """One of our providers: what it asks is known (our clients, with our prompts in
+    judges.toml and attacker.toml); a plugin's provider asks on its own."""
+    return spec.provider and ours(spec)
+
+
 def own_hooks() -> HookRelay:
     """The hooks with only our own implementations: a session made outside pytest."""
     import pluggy

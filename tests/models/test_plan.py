@@ -475,3 +475,39 @@ def test_a_keyless_plan_is_the_plan_with_a_key(
     assert keyless == plan_of(provider(cache, spec), cache=cache, spec=spec)
     assert (keyless.first_requests, keyless.cached_first_requests) == (5, 0)
     assert not cache.exists()
+
+
+def test_a_plugins_judge_and_attacker_that_spend_are_planned_as_unknown() -> None:
+    items = [
+        Planned(CASES[0], "scripted:obedient", "A"),
+        Planned(CASES[0], "scripted:obedient", "adaptive"),
+        Planned(CASES[1], "scripted:obedient", "adaptive"),
+    ]
+    plans = plan_run(
+        claimed("scripted:obedient"),
+        items,
+        LEVELS,
+        max_steps=8,
+        providers={},
+        cache=None,
+        prices={},
+        rounds=3,
+        unknown={"mycorp:judge": "judge", "mycorp:attacker": "attacker"},
+    )
+    assert [(p.model, p.evaluations, p.requests_max, p.cost_usd_max, p.note) for p in plans] == [
+        ("scripted:obedient", 3, 0, 0.0, "control: no request"),
+        (
+            "mycorp:judge",
+            3,
+            None,
+            None,
+            "judge: requests unknown (a plugin's judge asks on its own)",
+        ),
+        (
+            "mycorp:attacker",
+            2,
+            None,
+            None,
+            "attacker: requests unknown (a plugin's attacker asks on its own)",
+        ),
+    ]
