@@ -457,20 +457,16 @@ def _castable(have: pa.DataType, want: pa.DataType) -> bool:
 
 def _v1_logs(column: pa.ChunkedArray) -> pa.ChunkedArray:
     """Version-1 call logs (the log's JSON text) as calls. Logs repeat (the same calls
-    in many rows), so each distinct one is read once: all at once where every text is
-    exactly what the C encoder writes, else one by one, in the order of the rows, so
-    that the first bad row is named."""
+    in many rows), so each distinct one is read once, in the order of the rows: the
+    first bad row is named."""
     encoded = pc.dictionary_encode(column).combine_chunks()
-    texts = [text or "[]" for text in encoded.dictionary.to_pylist()]
-    logs = _all_calls(texts)
-    if logs is None:
-        logs = []
-        for i, raw in enumerate(texts):
-            try:
-                logs.append(calls_of(raw))
-            except ResultsError as exc:
-                row = _first(pc.equal(encoded.indices, i))
-                raise ResultsError(f"{_row(row or 0)}: {exc}") from None
+    logs = []
+    for i, raw in enumerate(encoded.dictionary.to_pylist()):
+        try:
+            logs.append(calls_of(raw))
+        except ResultsError as exc:
+            row = _first(pc.equal(encoded.indices, i))
+            raise ResultsError(f"{_row(row or 0)}: {exc}") from None
     return pa.chunked_array([pc.take(pa.array(logs, CALLS), encoded.indices)], CALLS)
 
 
@@ -593,14 +589,7 @@ class LoggedCall(TypedDict):
 _CALLS = TypeAdapter(list[LoggedCall])
 
 
-def _refuse(name: str) -> Any:
-    raise ValueError(name)
-
-
-# The C decoder and encoder: no hook per object. A text they give back exactly holds no
-# key twice and no NaN; any other is read by the strict reader, which says what is wrong.
-_DECODE = json.JSONDecoder(parse_constant=_refuse).decode
-_ENCODE = json.JSONEncoder(ensure_ascii=False).encode
+_ENCODE = json.JSONEncoder(ensure_ascii=False).encode  # the C encoder, made once
 _ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
@@ -609,49 +598,17 @@ def calls_of(raw: str | None) -> list[dict[str, Any]]:
     calls of `tool_calls`, or a `ResultsError` naming the problem."""
     text = raw or "[]"
     try:
-        calls = _CALLS.validate_python(_exact(text) or read_json(text))
+        calls = _CALLS.validate_python(read_json(text))
     except ResultsError as exc:
         raise ResultsError(f"tool_calls: {exc}") from None
     except ValidationError as exc:
         raise ResultsError(f"tool_calls: {describe(exc).removeprefix('(root): ')}") from None
-    return _typed([calls], text)[0]
-
-
-def _exact(text: str) -> Any:
-    """The value of JSON text the C encoder writes exactly so (no key twice, no NaN:
-    nothing a strict reading refuses), else None."""
-    try:
-        value = _DECODE(text)
-    except (ValueError, RecursionError):
-        return None
-    return value if utf8_json(_ENCODE(value)) == text else None
-
-
-_MANY = TypeAdapter(list[list[LoggedCall]])
-
-
-def _all_calls(texts: Sequence[str]) -> list[list[dict[str, Any]]] | None:
-    """Many logs' JSON texts read at once, or None if any is not exact or breaks a rule
-    (for `calls_of` to say which, and what)."""
-    text = "[" + ", ".join(texts) + "]"
-    value = _exact(text)
-    if value is None:
-        return None
-    try:
-        return _typed(_MANY.validate_python(value), text)
-    except ValidationError:
-        return None
-
-
-def _typed(logs: list[list[LoggedCall]], text: str) -> list[list[dict[str, Any]]]:
-    """Validated calls as `tool_calls` holds them: each call's arguments as the JSON text
-    of what was logged (lone surrogates escaped), every text one a column can hold."""
-    out: list[list[dict[str, Any]]] = logs  # type: ignore[assignment]
-    for calls in out:
-        for call in calls:
-            arguments = call.get("arguments")
-            call["arguments"] = None if arguments is None else utf8_json(_ENCODE(arguments))
-    # A lone surrogate comes from the text, or its escape.
+    out: list[dict[str, Any]] = calls  # type: ignore[assignment]
+    for call in out:
+        # Exact: the JSON text of what was logged (lone surrogates escaped).
+        arguments = call.get("arguments")
+        call["arguments"] = None if arguments is None else utf8_json(_ENCODE(arguments))
+    # A lone surrogate (a column cannot hold one) comes from the text, or its escape.
     surrogate = _ESCAPED_SURROGATE.search(text) or not valid_utf8(text)
     return _stored(out) if surrogate else out
 
