@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
 
 def _names() -> tuple[str, ...]:
+    """The results columns in order (from the one row definition, `events.ROW`, which
+    needs no pyarrow), then the adaptive find."""
     from pytest_vault.harness.events import COLUMNS, FOUND
 
     return (*COLUMNS, FOUND)
