@@ -6,7 +6,6 @@ import asyncio
 import json
 from typing import Any
 
-import pyarrow as pa
 import pytest
 
 from pytest_vault.core.text import stored
@@ -17,7 +16,7 @@ from pytest_vault.harness.bank import Architecture, Bank
 from pytest_vault.harness.controls import CONTROLS
 from pytest_vault.harness.events import row
 from pytest_vault.harness.levels import Level, load_levels
-from pytest_vault.report.results import SCHEMA
+from pytest_vault.report.results import to_table
 
 from ..conftest import EVENTS
 
@@ -588,6 +587,8 @@ def test_every_surrogate_in_a_call_reaches_the_row_exactly_and_encodable(
         "Unknown tool 'get_\\ud800'. Available: transfer_funds, verify_recipient, "
         "get_transaction_history, get_balance"
     )
-    columns = {k: stored(v) if isinstance(v, str) else v for k, v in r.items() if k != "tool_calls"}
-    table = pa.Table.from_pylist([{**columns, "tool_calls": r["tool_calls"]}], schema=SCHEMA)
-    assert json.loads(table.column("tool_calls")[0].as_py()) == log
+    # In a results table: each call's arguments exact (their JSON text), its other texts
+    # stored as every column stores them.
+    [kept] = to_table([r]).column("tool_calls").to_pylist()
+    assert [json.loads(c["arguments"]) for c in kept] == [c["arguments"] for c in log]
+    assert [c["result"] for c in kept] == [stored(c["result"]) for c in log]
