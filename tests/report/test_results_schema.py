@@ -271,3 +271,15 @@ def test_a_log_as_json_text_and_as_its_calls_is_one_value() -> None:
     assert [c["name"] for c in calls] == ["get_balance", "transfer_funds", "transfer_funds"]
     assert log_text(calls) == text  # back to the harness's text, exactly
     assert to_table([row(tool_calls=calls)]).equals(table)
+
+
+def test_typed_calls_with_no_version_read_as_this_layout(
+    files: tuple[Path, Path], tmp_path: Path
+) -> None:
+    # Rows written in this layout by pyarrow itself (no version key): checked as such.
+    table = pq.read_table(files[1])
+    path = tmp_path / "bare.parquet"
+    meta = dict(table.schema.metadata)
+    del meta[VERSION_KEY]
+    pq.write_table(table.replace_schema_metadata(meta), path)
+    assert load([path]).table.equals(load([files[1]]).table)
