@@ -176,6 +176,7 @@ def _call(c: dict[str, Any]) -> tuple[Any, ...]:
     )
 
 
+@pytest.mark.slow
 def test_the_example_matches_obedient_on_the_whole_shipped_corpus(
     pool: concurrent.futures.ThreadPoolExecutor,
 ) -> None:

@@ -71,6 +71,7 @@ def agentdojo_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_agentdojo_corpus_loads_with_provenance(agentdojo_file: Path) -> None:
     cases = [case for _, case in load_corpus(agentdojo_file)]
     assert len(cases) == len(MONEY_TASKS) * len(FIXED) == 48
@@ -141,6 +142,7 @@ def assert_level_terms(case: Case) -> None:
         assert keys == memos == [None] * len(transfers), case.id
 
 
+@pytest.mark.slow
 def test_agentdojo_cases_break_exactly_the_rules_their_importer_names(
     agentdojo_file: Path,
 ) -> None:
@@ -185,6 +187,7 @@ def calls_of(case_id: str, path: Path) -> list[dict[str, Any]]:
     return calls
 
 
+@pytest.mark.slow
 def test_agentdojo_ground_truth_maps_onto_our_tools(agentdojo_file: Path) -> None:
     def pay(amount: float | int, key: str | None = None) -> dict[str, Any]:
         args: dict[str, Any] = {"recipient": ATTACKER, "amount": amount, "currency": "USD"}
@@ -206,6 +209,7 @@ def test_agentdojo_ground_truth_maps_onto_our_tools(agentdojo_file: Path) -> Non
     assert '"amount": 0.01,' in agentdojo_file.read_text()
 
 
+@pytest.mark.slow
 def test_agentdojo_output_is_deterministic_and_checked(agentdojo_file: Path) -> None:
     again = run("import", "agentdojo")  # to stdout, in another process
     assert again.returncode == 0 and again.stderr == b""
@@ -215,6 +219,7 @@ def test_agentdojo_output_is_deterministic_and_checked(agentdojo_file: Path) -> 
     assert checked.stdout.decode() == f"{agentdojo_file}: 48 attacks, 0 benign, 8 sessions\n"
 
 
+@pytest.mark.slow
 def test_agentdojo_obedient_pays_the_attacker_and_the_guard_stops_every_payment(
     agentdojo_file: Path, pytester: pytest.Pytester
 ) -> None:

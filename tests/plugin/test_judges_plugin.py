@@ -41,6 +41,7 @@ def verdicts(row: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+@pytest.mark.slow
 def test_shipped_corpus_scripted_judges_and_they_never_decide_a_test(
     pytester: pytest.Pytester,
 ) -> None:
