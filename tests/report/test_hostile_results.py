@@ -1,4 +1,4 @@
-"""vault-report, the results file, the HTML report and the session summary, attacked.
+"""vault-report, the results file, the HTML report and the session summary, under hostile input.
 
 Every writer survives hostile text; human-facing outputs show it escaped; a malformed
 results file is one line naming the file and what is wrong; every table is a function
@@ -721,7 +721,7 @@ def test_no_url_secret_reaches_a_merged_file_or_a_report(tmp_path: Path, url: st
     assert json.loads(written)["decode"] == {"m": {"endpoint": "http://host.test/v1"}}
 
 
-# -- found by review: every command reads the call log; files of other passports --------------
+# -- every command reads the call log; files of other passports and corpus versions ---------
 
 
 @pytest.mark.parametrize("argv", [[], ["--format", "json"], ["--format", "csv", "--out", "t"]])
