@@ -680,11 +680,7 @@ class Analysis:
         idx = np.flatnonzero(self.done & c.unpermitted)[:limit]
         out = []
         for i, raw in zip(idx.tolist(), c.take("tool_calls", idx).to_pylist(), strict=True):
-            try:
-                calls = read_calls(raw)
-            except ResultsError as exc:
-                raise ResultsError(str(exc), row=int(c.order[i])) from None
-            for call in calls:
+            for call in read_calls(raw):  # checked when the table was read
                 t = call.get("transfer")
                 if call["executed"] and call.get("permitted") is False and t is not None:
                     out.append(
