@@ -403,7 +403,7 @@ class OpenAIWire:
         """Learn from a 400 that a decode setting is not accepted; True to resend."""
         if not isinstance(exc, self._openai.BadRequestError):
             return False
-        text = str(exc).lower()
+        text = said(exc).lower()
         if "temperature" in text and "temperature" not in self._drop:
             self._drop.add("temperature")
             return True
@@ -416,7 +416,7 @@ class OpenAIWire:
         if not isinstance(exc, self._openai.BadRequestError):
             return False
         code = str(getattr(exc, "code", "") or "")
-        text = str(exc).lower()
+        text = said(exc).lower()
         return (
             code in {"invalid_prompt", "content_filter", "content_policy_violation"}
             or "flagged" in text
@@ -525,7 +525,7 @@ class AnthropicWire:
     def blocked(self, exc: Exception) -> bool:
         return (
             isinstance(exc, self._anthropic.BadRequestError)
-            and "content filtering" in str(exc).lower()
+            and "content filtering" in said(exc).lower()
         )
 
     async def close(self) -> None:
@@ -541,6 +541,20 @@ class AnthropicWire:
 # Nor do the SDKs honour a long Retry-After alike: openai-python gives up beyond 120 s,
 # anthropic's waits. Tenacity could drive the loop, but each of these would remain a
 # callback of ours, and the whole longer than the loop in `ProviderModel._send`.
+
+
+def said(exc: Exception) -> str:
+    """What the provider said, from the error body itself: each SDK words `str(exc)` its
+    own way, and rewords it between releases (anthropic 2.17 did), so recorded errors and
+    cached refusals would change with the SDK installed."""
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and isinstance(inner.get("message"), str):
+            return str(inner["message"])
+    if isinstance(body, str) and body.strip():
+        return body
+    return str(exc)
 
 
 def _status(exc: Exception) -> int | None:
@@ -739,7 +753,7 @@ class ProviderModel:
     def _clean(self, exc: Exception) -> str:
         # Keys first, then URLs' userinfo and query strings (an SDK error can quote the
         # request URL), then the cut: a cut must not leave half a key.
-        return _safe(" ".join(str(exc).split()), self.wire.secrets)[:300]
+        return _safe(" ".join(said(exc).split()), self.wire.secrets)[:300]
 
     async def close(self) -> None:
         await self.wire.close()

@@ -176,7 +176,7 @@ def test_timeouts_exhaust_the_tries_into_an_error_row(fake: FakeProvider, provid
     fake.fail("timeout", "timeout", "timeout")
     r = run(model(provider, tries=3, timeout=0.2), case(ATTACK))
     assert r["status"] == "error" and r["requested"] is False
-    assert r["error"].startswith(f"{provider}: APITimeoutError: Request timed out")
+    assert r["error"].startswith(f"{provider}: APITimeoutError: Request ")  # SDKs' wording
     assert r["error"].endswith("(after 3 tries)")
 
 
