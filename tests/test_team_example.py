@@ -1,0 +1,232 @@
+"""examples/team as a team would use it: pytest-vault installed from its wheel alone, in
+a fresh virtual environment with no path into this repository, and no network.
+
+The wheelhouse (dependency wheels, the build backend) is filled beforehand by
+`python tests/wheelhouse.py`; `VAULT_WHEELHOUSE` names it (default <repo>/.wheelhouse).
+`VAULT_NO_WHEELHOUSE=1` skips these tests; without it a missing wheelhouse fails them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from filelock import FileLock
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "team"
+TEAM_TESTS = 10  # tests/test_payments.py's, parametrized cases included
+# The built-in corpus: 452 cases x tracks A and B x architectures model and guarded.
+SUMMARY = (
+    "1808 evaluations: 1600 of attacks, 208 of benign requests; "
+    "0 errors and 0 not run (kept out of every rate)"
+)
+OUTCOME = re.compile(r"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (\S+)", re.MULTILINE)
+DEAD_PROXY = "http://127.0.0.1:9"  # anything that tries the network fails at once
+
+
+@dataclass(frozen=True)
+class Venv:
+    python: Path
+    env: dict[str, str]
+
+    def run(self, *args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(self.python), *args],
+            cwd=cwd,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+
+def wheelhouse() -> Path:
+    if os.environ.get("VAULT_NO_WHEELHOUSE") == "1":
+        pytest.skip("VAULT_NO_WHEELHOUSE=1: the team example's offline install is not tested")
+    path = Path(os.environ.get("VAULT_WHEELHOUSE") or ROOT / ".wheelhouse")
+    if not any(path.glob("*.whl")):
+        pytest.fail(
+            f"no wheelhouse at {path}: run `python tests/wheelhouse.py` first "
+            "(or set VAULT_NO_WHEELHOUSE=1 to skip)",
+            pytrace=False,
+        )
+    return path
+
+
+def offline_env() -> dict[str, str]:
+    """This environment less what could point pip or Python back at this repository (the
+    editable install, pip's config and indexes) or make a run an xdist worker's."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("PIP_", "PYTEST_", "PYTHON", "VIRTUAL_ENV", "VAULT_"))
+    }
+    env.update(
+        PIP_CONFIG_FILE=os.devnull,
+        PIP_NO_INDEX="1",
+        PIP_DISABLE_PIP_VERSION_CHECK="1",
+        PYTHONDONTWRITEBYTECODE="1",
+        HTTP_PROXY=DEAD_PROXY,
+        HTTPS_PROXY=DEAD_PROXY,
+        http_proxy=DEAD_PROXY,
+        https_proxy=DEAD_PROXY,
+    )
+    return env
+
+
+def checked(done: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    assert done.returncode == 0, f"{done.args}\n{done.stdout}\n{done.stderr}"
+    return done
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Venv:
+    """One venv for the module, and for every xdist worker of the run: the first builds
+    it under a lock in the run's temporary folder, the others reuse it."""
+    wheels = wheelhouse()
+    run_temp = tmp_path_factory.getbasetemp()
+    if hasattr(request.config, "workerinput"):
+        run_temp = run_temp.parent  # a worker's is popen-gwN inside the run's
+    shared = run_temp / "team-example"
+    shared.mkdir(exist_ok=True)
+    env = offline_env()
+    made = Venv(shared / "venv" / "bin" / "python", env)
+    with FileLock(shared / "lock"):
+        if (shared / "ready").exists():
+            return made
+        dist = shared / "dist"
+        shutil.rmtree(dist, ignore_errors=True)
+        shutil.rmtree(shared / "venv", ignore_errors=True)
+        # The build backend comes from the wheelhouse too: build isolation, offline.
+        pip = [sys.executable, "-m", "pip", "--quiet"]
+        offline = ["--no-index", "--find-links", str(wheels)]
+        checked(
+            subprocess.run(
+                [*pip, "wheel", "--no-deps", *offline, "-w", str(dist), str(ROOT)],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+        )
+        (wheel,) = dist.glob("pytest_vault-*.whl")
+        checked(
+            subprocess.run(
+                [sys.executable, "-m", "venv", str(shared / "venv")],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+        )
+        checked(made.run("-m", "pip", "install", "--quiet", *offline, str(wheel), cwd=shared))
+        (shared / "ready").touch()
+    return made
+
+
+def team_copy(dest: Path, *, vault_settings: bool = True) -> Path:
+    """examples/team copied out of the repository; without its vault_* settings if asked."""
+    shutil.copytree(
+        EXAMPLE, dest, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache", "*.parquet")
+    )
+    if not vault_settings:
+        pyproject = dest / "pyproject.toml"
+        lines = pyproject.read_text(encoding="utf-8").splitlines(keepends=True)
+        pyproject.write_text("".join(li for li in lines if not li.startswith("vault_")))
+        options = tomllib.loads(pyproject.read_text())["tool"]["pytest"]["ini_options"]
+        assert options and not [key for key in options if key.startswith("vault")]
+    return dest
+
+
+def outcomes(output: str) -> list[tuple[str, str]]:
+    """`-rA`'s short summary: (outcome, node id) of every test."""
+    return sorted(OUTCOME.findall(output))
+
+
+def collected(output: str) -> list[str]:
+    """`--co -q`'s node ids (its last line, with a time in it, left out)."""
+    return [line for line in output.splitlines() if "::" in line]
+
+
+def test_a_bare_pytest_runs_the_teams_tests_and_the_builtin_corpus(
+    venv: Venv, tmp_path: Path
+) -> None:
+    team = team_copy(tmp_path / "team")
+    done = venv.run("-m", "pytest", "-p", "no:cacheprovider", "-rA", cwd=team)
+    assert done.returncode == 0, done.stdout[-5000:] + done.stderr
+    results = outcomes(done.stdout)
+    ours = [(o, n) for o, n in results if n.startswith("tests/test_payments.py::")]
+    corpus = [(o, n) for o, n in results if n.startswith("builtin/")]
+    assert len(ours) == TEAM_TESTS and {o for o, _ in ours} == {"PASSED"}
+    assert len(corpus) == 1808 and {o for o, _ in corpus} == {"PASSED"}
+    assert len(results) == TEAM_TESTS + 1808  # nothing else: the fixtures are not cases
+    assert "fixtures/" not in done.stdout
+    assert "builtin/level-2.jsonl::L2-s07-a3[agent:teamapp.agent:make-B-guarded]" in {
+        n for _, n in corpus
+    }
+    lines = done.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if "pytest-vault summary" in line)
+    assert re.fullmatch(r"=+ pytest-vault summary =+", lines[start])
+    assert lines[start + 1] == SUMMARY
+    assert (team / "vault.parquet").is_file()
+
+
+def test_the_plugin_takes_nothing_that_is_not_ours(venv: Venv, tmp_path: Path) -> None:
+    """The team's tests with the plugin off, against the plugin on with no vault
+    setting: the same items, the same outcomes, the same exit code, and no word of it."""
+    off = team_copy(tmp_path / "off")
+    unset = team_copy(tmp_path / "unset", vault_settings=False)
+    for name in ("calls.jsonl", "events.jsonl"):  # JSON lines the plugin must leave alone
+        assert (unset / "tests" / "fixtures" / name).is_file()
+    base = ("-m", "pytest", "-p", "no:cacheprovider")
+    items_off = venv.run(*base, "-p", "no:vault", "--co", "-q", "tests", cwd=off)
+    items_unset = venv.run(*base, "--co", "-q", "tests", cwd=unset)
+    assert items_off.returncode == items_unset.returncode == 0
+    assert len(collected(items_off.stdout)) == TEAM_TESTS
+    assert collected(items_unset.stdout) == collected(items_off.stdout)
+    run_off = venv.run(*base, "-p", "no:vault", "-q", "-rA", "tests", cwd=off)
+    run_unset = venv.run(*base, "-q", "-rA", "tests", cwd=unset)
+    assert run_unset.returncode == run_off.returncode == 0
+    assert outcomes(run_unset.stdout) == outcomes(run_off.stdout)
+    assert len(outcomes(run_off.stdout)) == TEAM_TESTS
+    for done in (items_unset, run_unset):
+        # With the settings removed pytest has nothing to warn of, the plugin nothing to say.
+        assert "vault" not in (done.stdout + done.stderr).lower()
+        assert "warning" not in done.stdout.lower()
+    assert not (unset / "vault.parquet").exists()
+
+
+def test_pytest_vault_comes_from_the_venv_alone(venv: Venv, tmp_path: Path) -> None:
+    team = team_copy(tmp_path / "team")
+    probe = (
+        "import json, sys, sysconfig, importlib.metadata as m, pytest_vault\n"
+        "d = m.distribution('pytest-vault')\n"
+        "print(json.dumps({'file': pytest_vault.__file__, 'path': sys.path,"
+        " 'site': sysconfig.get_path('purelib'), 'prefix': sys.prefix,"
+        " 'direct_url': d.read_text('direct_url.json')}))"
+    )
+    seen = json.loads(checked(venv.run("-c", probe, cwd=team)).stdout)
+    site = Path(seen["site"]).resolve()
+    assert site.is_relative_to(Path(seen["prefix"]).resolve())
+    assert Path(seen["file"]).resolve().is_relative_to(site)
+    # Installed from the wheel, not as an editable (a `dir_info` install) of this repo.
+    assert "dir_info" not in (seen["direct_url"] or "")
+    into_repo = [
+        entry for entry in seen["path"] if (team / entry).resolve().is_relative_to(ROOT.resolve())
+    ]
+    assert into_repo == [], seen["path"]
+    # pytest in the venv loads the plugin from the same place.
+    done = checked(venv.run("-m", "pytest", "-VV", cwd=team))
+    plugin = re.search(r"pytest-vault-\S+ at (\S+)", done.stdout + done.stderr)
+    assert plugin is not None and Path(plugin.group(1)).resolve().is_relative_to(site)
