@@ -40,15 +40,12 @@ class Venv:
     python: Path
     env: dict[str, str]
 
-    def run(self, *args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(self.python), *args],
-            cwd=cwd,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+    def run(self, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+        return run([str(self.python), *args], self.env, cwd)
+
+
+def run(command: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 
 def wheelhouse() -> Path:
@@ -112,24 +109,10 @@ def venv(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReques
         pip = [sys.executable, "-m", "pip", "--quiet"]
         offline = ["--no-index", "--find-links", str(wheels)]
         checked(
-            subprocess.run(
-                [*pip, "wheel", "--no-deps", *offline, "-w", str(dist), str(ROOT)],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=600,
-            )
+            run([*pip, "wheel", "--no-deps", *offline, "-w", str(dist), str(ROOT)], env, shared)
         )
         (wheel,) = dist.glob("pytest_vault-*.whl")
-        checked(
-            subprocess.run(
-                [sys.executable, "-m", "venv", str(shared / "venv")],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=300,
-            )
-        )
+        checked(run([sys.executable, "-m", "venv", str(shared / "venv")], env, shared))
         checked(made.run("-m", "pip", "install", "--quiet", *offline, str(wheel), cwd=shared))
         (shared / "ready").touch()
     return made
