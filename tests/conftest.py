@@ -40,7 +40,12 @@ def _spreads(args: tuple[object, ...]) -> bool:
 @pytest.fixture
 def pytester(pytester: pytest.Pytester, request: pytest.FixtureRequest) -> pytest.Pytester:
     """The rule of `-m "not slow"`, kept where such runs start: a test that starts pytest
-    in a subprocess or runs xdist workers is marked `slow`, or it fails saying so."""
+    in a subprocess or runs xdist workers is marked `slow`, or it fails saying so.
+
+    Each test project names its folder as its corpus, as a team's config does
+    (`vault_corpus`): a test that makes its own config file says so again, or names its
+    corpus files."""
+    pytester.makeini("[pytest]\nvault_corpus = .\n")
     if request.node.get_closest_marker("slow") is not None:
         return pytester
     name = request.node.nodeid

@@ -3,6 +3,7 @@
 python -m pytest_vault.corpus --schema     # the JSON schema of one line
 python -m pytest_vault.corpus FILE...      # check files, print counts
 python -m pytest_vault.corpus import NAME [--out FILE]   # convert a public corpus
+python -m pytest_vault.corpus copy DIR     # the built-in corpus, to extend
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pytest_vault.corpus.load import CorpusError, load_corpus
 from pytest_vault.corpus.model import Case, schema
 
 IMPORT_USAGE = "usage: python -m pytest_vault.corpus import NAME [--out FILE]"
+COPY_USAGE = "usage: python -m pytest_vault.corpus copy DIR"
 
 
 def _counts(cases: Iterable[Case]) -> str:
@@ -57,6 +59,23 @@ def import_corpus(args: list[str]) -> int:
     return 0
 
 
+def copy_corpus(args: list[str]) -> int:
+    """`copy DIR`: the built-in corpus files and their schema, into DIR."""
+    from pytest_vault.corpus import builtin
+
+    if len(args) != 1 or args[0].startswith("-"):
+        print(COPY_USAGE, file=sys.stderr)
+        return 2
+    try:
+        written = builtin.copy(Path(args[0]))
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        print(f"error: {shown(args[0])}: cannot copy: {shown(exc)}", file=sys.stderr)
+        return 1
+    cases = [case for p in written if p.suffix == ".jsonl" for _, case in load_corpus(p)]
+    print(f"{shown(args[0])}: {len(written)} files, {_counts(cases)}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     # A reader that goes away (`| head`) ends the command quietly, as every command does.
@@ -66,12 +85,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _command(args: list[str]) -> int:
     if args[:1] == ["import"]:
         return import_corpus(args[1:])
+    if args[:1] == ["copy"]:
+        return copy_corpus(args[1:])
     if args == ["--schema"]:
         print(json.dumps(schema(), indent=2))
         return 0
     if not args:
         print(
-            "usage: python -m pytest_vault.corpus --schema | FILE... | import NAME [--out FILE]",
+            "usage: python -m pytest_vault.corpus --schema | FILE... | import NAME [--out FILE]"
+            " | copy DIR",
             file=sys.stderr,
         )
         return 2

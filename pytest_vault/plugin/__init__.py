@@ -8,13 +8,13 @@ so `pytest --help` and runs without a corpus stay fast.
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Generator
 from pathlib import Path
 
 import pytest
 
-from pytest_vault.plugin.checks import asks, settle
+from pytest_vault.plugin.checks import asks, from_file, origin, settle
+from pytest_vault.plugin.corpora import corpora_of, take_args
 from pytest_vault.plugin.options import add_options
 from pytest_vault.plugin.outputs import (
     pytest_collection_finish,
@@ -68,6 +68,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if workerinput is not None:
         options = options.share_of(int(workerinput["workercount"]))
     vault = config.stash[VAULT] = VaultSession(options, hook=config.hook)
+    from_config = from_file(config, "vault_corpus")
+    vault.corpora = corpora_of(config, origin(config, "vault_corpus"), from_config)
+    take_args(config, vault.corpora, from_config)
     if workerinput is None:
         preflight(vault)
     if config.pluginmanager.hasplugin("syrupy"):
@@ -89,12 +92,27 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
-    pattern = parent.config.getoption("vault_corpus_glob")
-    if file_path.suffix == ".jsonl" and fnmatch.fnmatch(file_path.name, pattern):
+    if file_path.suffix == ".jsonl" and parent.config.stash[VAULT].corpora.takes(file_path):
         from pytest_vault.plugin.collect import CorpusFile
 
         return CorpusFile.from_parent(parent, path=file_path)
     return None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(
+    collector: pytest.Collector,
+) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+    """The built-in corpus files join the session's own collectors: they are no path of
+    the user's (`builtin/level-2.jsonl`, wherever the package is installed)."""
+    report = yield
+    if isinstance(collector, pytest.Session) and report.passed:
+        from pytest_vault.corpus.builtin import nodeid
+        from pytest_vault.plugin.collect import CorpusFile
+
+        for path in collector.config.stash[VAULT].corpora.builtin:
+            report.result.append(CorpusFile.from_parent(collector, path=path, nodeid=nodeid(path)))
+    return report
 
 
 @pytest.hookimpl(trylast=True)

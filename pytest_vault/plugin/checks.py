@@ -61,6 +61,11 @@ def origin(config: pytest.Config, key: str) -> str:
     return config.stash[SETTLED].get(key) or "--" + key.replace("_", "-")
 
 
+def from_file(config: pytest.Config, key: str) -> bool:
+    """Whether an option's value came from the config file (or -o), not its flag."""
+    return key in config.stash[SETTLED]
+
+
 def _where(config: pytest.Config, key: str) -> str:
     overrides = config.getoption("override_ini") or ()
     if any(o.partition("=")[0].strip() == key for o in overrides):

@@ -84,6 +84,22 @@ def path(suffix: str = "") -> Callable[[str], str]:
     return convert
 
 
+def corpus(value: str) -> str:
+    """`builtin`, `builtin:NAME`, or a corpus file or folder."""
+    from pytest_vault.corpus import builtin
+
+    if builtin.is_builtin(value):
+        try:
+            builtin.files(value)
+        except builtin.BuiltinError as exc:
+            raise OptionError(str(exc)) from None
+        return value
+    return path()(value)
+
+
+corpus.is_path = True  # type: ignore[attr-defined]
+
+
 def url(value: str) -> str:
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https") or not parts.netloc:

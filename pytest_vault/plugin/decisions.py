@@ -273,6 +273,28 @@ class DecisionExtension(AmberSnapshotExtension):
         bare = name.lstrip(" ")
         return "\\x20" * (len(name) - len(bare)) + bare
 
+    @classmethod
+    def dirname(cls, *, test_location: PyTestLocation) -> str:
+        """Beside the corpus file, except for the built-in corpus: its snapshots are the
+        user's (under their passports), in `__snapshots__/builtin/` of their rootdir, never
+        in the installed package."""
+        from pytest_vault.corpus import builtin
+
+        config = getattr(test_location.item, "config", None)
+        if config is not None and Path(test_location.filepath).parent == builtin.FOLDER:
+            return str(config.rootpath / "__snapshots__" / builtin.PREFIX)
+        return super().dirname(test_location=test_location)
+
+    @classmethod
+    def matches_test_location(
+        cls, *, test_location: PyTestLocation, snapshot_location: str
+    ) -> bool:
+        if Path(snapshot_location).parent == Path(cls.dirname(test_location=test_location)):
+            return Path(snapshot_location).stem == test_location.basename
+        return super().matches_test_location(
+            test_location=test_location, snapshot_location=snapshot_location
+        )
+
     def discover_snapshots(
         self, *, test_location: PyTestLocation, ignore_extensions: list[str] | None = None
     ) -> SnapshotCollections:

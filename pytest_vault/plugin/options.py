@@ -18,10 +18,12 @@ from typing import Any, Literal
 
 import pytest
 
+from pytest_vault.corpus.builtin import is_builtin
 from pytest_vault.models.specs import CONTROL_MODELS
 from pytest_vault.plugin.convert import (
     OptionError,
     choice,
+    corpus,
     count,
     number,
     path,
@@ -109,7 +111,7 @@ class Option:
         assert self.convert is not None
         # An `ini_options` TOML list keeps its items as TOML wrote them (`[2, 3]`).
         value = self.convert(raw if isinstance(raw, str) else str(raw))
-        if getattr(self.convert, "is_path", False) and folder is not None:
+        if getattr(self.convert, "is_path", False) and folder is not None and not is_builtin(value):
             return str(folder / value)
         return value
 
@@ -368,11 +370,14 @@ OPTIONS: tuple[Option, ...] = (
         metavar="SPEC",
     ),
     Option(
-        "--vault-corpus-glob",
-        "which .jsonl files are corpus files",
-        text("a file name pattern"),
-        metavar="PATTERN",
-        default="*.jsonl",
+        "--vault-corpus",
+        "corpus to run, repeatable: builtin (the cases shipped with pytest-vault), "
+        "builtin:level-N (one level), or a .jsonl file or a folder of them; on the command "
+        "line, the run's only corpora; in the config file, added to a bare pytest. Other "
+        ".jsonl files are never collected, unless named on the command line or *.vault.jsonl",
+        corpus,
+        kind="list",
+        metavar="builtin|PATH",
     ),
 )
 

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 import pytest
 
 from pytest_vault.core.text import safe, shown
+from pytest_vault.plugin.corpora import Corpora
 from pytest_vault.plugin.rows import RowStore, TableRows
 from pytest_vault.plugin.settings import Job, Options
 
@@ -44,6 +45,8 @@ class VaultSession:
     hook: HookRelay | None = field(default=None, kw_only=True)
     # One row per test (the last, if a test runs twice), keyed by node id, as tuples.
     store: RowStore = field(default_factory=RowStore)
+    # Which files are corpus files, and the built-in ones the run collects.
+    corpora: Corpora = field(default_factory=Corpora)
     # Case ids seen in this run, across corpus files, with where they were defined.
     seen_ids: dict[str, str] = field(default_factory=dict)
     # sha256 of each corpus file collected, by node id (merged from workers under xdist).
