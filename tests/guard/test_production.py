@@ -473,11 +473,12 @@ def test_a_call_protect_cannot_pass_on_as_judged_is_denied_and_audited(
 
 
 def _exec_recipe(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, Any]:
-    """The README's production recipe, run as written, against a recording bank."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    """The docs' production recipe (docs/how-to/production.md), run as written, against a
+    recording bank."""
+    page = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "production.md"
     (code,) = [
         block
-        for block in re.findall(r"```python\n(.*?)```", readme, re.DOTALL)
+        for block in re.findall(r"```python\n(.*?)```", page.read_text(), re.DOTALL)
         if "def on_tool_call" in block
     ]
     (tmp_path / "passports").mkdir()
@@ -491,7 +492,7 @@ def _exec_recipe(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, A
             return f"paid {amount} {currency}"
 
     namespace: dict[str, Any] = {"bank_api": Bank(), "paid": paid}
-    exec(compile(code, "README.md", "exec"), namespace)
+    exec(compile(code, "production.md", "exec"), namespace)
     return namespace
 
 

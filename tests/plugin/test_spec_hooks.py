@@ -1,5 +1,5 @@
-"""A third-party spec through the hooks: the plugin in the README's "Your own model specs"
-(its first python block, run as a conftest.py) claims `mycorp:NAME` and makes its models,
+"""A third-party spec through the hooks: the plugin in the docs' "Your own model specs"
+(docs/how-to/model-specs.md: its first python block, run as a conftest.py) claims `mycorp:NAME` and makes its models,
 and the corpus runs against them as against our own."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from ..conftest import EVENTS
 
 pytest_plugins = ["pytester"]
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-HEADING = "## Your own model specs"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "model-specs.md"
+HEADING = "# Your own model specs"
 COMMON = ("-p", "no:cacheprovider", "-p", "no:randomly")
 CONTROLS = (
     "scripted:reference, scripted:obedient, scripted:receipt-trusting, "
@@ -27,9 +27,10 @@ CONTROLS = (
 
 
 def example() -> str:
-    """The README's example plugin: the first python block under its heading."""
-    section = README.read_text(encoding="utf-8").partition(f"\n{HEADING}\n")[2]
-    assert section, f"README.md has no {HEADING!r} section"
+    """The page's example plugin: the first python block under its title."""
+    text = PAGE.read_text(encoding="utf-8")
+    assert text.startswith(f"{HEADING}\n"), f"{PAGE.name} is not titled {HEADING!r}"
+    section = text.removeprefix(f"{HEADING}\n")
     block = re.search(r"^```python\n(.*?)^```$", section.split("\n## ")[0], re.M | re.S)
     assert block is not None, f"no python block under {HEADING!r}"
     return block.group(1)
