@@ -18,12 +18,13 @@ import asyncio
 import concurrent.futures
 import copy
 import importlib
+import importlib.machinery
 import inspect
 import logging
 import pkgutil
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,10 +64,14 @@ class SetupError(ModelError):
 
 
 class Loader:
-    """`MODULE:FACTORY`, imported on first use (from the rootdir too, as under xdist)."""
+    """`MODULE:FACTORY`, imported on first use. The module's top package is looked for in
+    `search` first, in order (the invocation folder, pytest's `pythonpath`, the rootdir:
+    where a user expects their own module to be, whatever folder pytest ran from and
+    under xdist), then on sys.path. The folder it is found in joins sys.path, so that
+    the module's own imports of its neighbours work as from a script."""
 
-    def __init__(self, spec: str, target: str, rootdir: Path | None) -> None:
-        self.spec, self.rootdir = spec, rootdir
+    def __init__(self, spec: str, target: str, search: Sequence[Path] = ()) -> None:
+        self.spec, self.search = spec, tuple(dict.fromkeys(search))
         self.module, _, self.name = target.partition(":")
         self._factory: Callable[..., Any] | None = None
         self._failure: str | None = None
@@ -75,7 +80,7 @@ class Loader:
     @classmethod
     def of(cls, spec: str, factory: Callable[..., Any]) -> Loader:
         """A loader of a factory already in hand (in-process use, tests)."""
-        loader = cls(spec, ":", None)
+        loader = cls(spec, ":")
         loader._factory = factory
         return loader
 
@@ -104,8 +109,8 @@ class Loader:
         except ModuleNotFoundError as exc:
             # This module (or a package of its path) is missing, or one it imports is.
             if exc.name is not None and f"{self.module}.".startswith(f"{exc.name}."):
-                where = "sys.path" if self.rootdir is None else "sys.path and in the rootdir"
-                return None, safe(f"no module named {exc.name!r} (looked on {where})")
+                where = "".join(f"{folder}, " for folder in self.search)
+                return None, safe(f"no module named {exc.name!r} (looked in {where}then sys.path)")
             return None, safe(f"importing {self.module} raised {type(exc).__name__}: {exc}")
         except (Exception, SystemExit) as exc:  # noqa: BLE001 - one line, not a traceback
             # A module whose import fails is not left in sys.modules: then it was the import.
@@ -121,18 +126,15 @@ class Loader:
         return found, None
 
     def _resolve(self) -> Any:
-        target = f"{self.module}:{self.name}"
-        try:
-            return pkgutil.resolve_name(target)
-        except ModuleNotFoundError as exc:
-            root = None if self.rootdir is None else str(self.rootdir)
-            if root is None or exc.name != self.module.partition(".")[0] or root in sys.path:
-                raise
-            # An xdist worker (or a pytest run from elsewhere) need not have the rootdir
-            # on sys.path; the team's module lives there, as pytest's conftests do.
-            sys.path.append(root)
-            importlib.invalidate_caches()
-            return pkgutil.resolve_name(target)
+        top = self.module.partition(".")[0]
+        if top not in sys.modules:
+            for folder in self.search:
+                if importlib.machinery.PathFinder.find_spec(top, [str(folder)]) is not None:
+                    if str(folder) not in sys.path:
+                        sys.path.insert(0, str(folder))
+                        importlib.invalidate_caches()
+                    break
+        return pkgutil.resolve_name(f"{self.module}:{self.name}")
 
     def call(self, *args: Any) -> Any:
         factory = self.factory()

@@ -164,7 +164,11 @@ def options_of(config: pytest.Config) -> Options:
         baseline_model=get("vault_baseline_model"),
         baseline_any_corpus=get("vault_baseline_any_corpus"),
         plan=get("vault_plan"),
-        rootdir=config.rootpath,
+        search=(
+            config.invocation_params.dir,
+            *(Path(p) for p in config.getini("pythonpath")),
+            config.rootpath,
+        ),
         attacker=attacker,
         rounds=get("vault_rounds"),
         attacker_sees_policy=get("vault_attacker_sees_policy"),

@@ -231,7 +231,7 @@ class VaultSession:
         if spec not in self._loaders:
             from pytest_vault.harness.yours import Loader
 
-            self._loaders[spec] = Loader(spec, target, self.options.rootdir)
+            self._loaders[spec] = Loader(spec, target, self.options.search)
         return self._loaders[spec]
 
     def _guard_loader(self) -> Loader | None:

@@ -56,8 +56,9 @@ class Options:
     baseline_any_corpus: bool = False
     # `--vault-plan`: print what the run would cost and run nothing.
     plan: Literal["text", "json"] | None = None
-    # Where `agent:` and `--vault-guard` modules are imported from if not on sys.path.
-    rootdir: Path | None = None
+    # Where `agent:` and `--vault-guard` modules are looked for first, in order: the
+    # invocation folder, pytest's `pythonpath` setting, the rootdir.
+    search: tuple[Path, ...] = ()
     # The adaptive track: the attacker's spec, its rounds, whether it sees the policy,
     # and where its finds are written as corpus lines.
     attacker: str | None = None

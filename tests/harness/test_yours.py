@@ -329,9 +329,13 @@ def test_a_broken_agent_is_an_error_row(
 def test_a_module_that_cannot_be_imported_is_an_error_row(
     pool: concurrent.futures.ThreadPoolExecutor,
 ) -> None:
-    loader = Loader("agent:no_such_module_xyz:make", "no_such_module_xyz:make", None)
-    with pytest.raises(SetupError, match=r"^agent:no_such_module_xyz:make: cannot load: "):
+    loader = Loader("agent:no_such_module_xyz:make", "no_such_module_xyz:make", [Path("/a")])
+    with pytest.raises(SetupError) as raised:
         loader.factory()
+    assert str(raised.value) == (
+        "agent:no_such_module_xyz:make: cannot load: no module named 'no_such_module_xyz' "
+        "(looked in /a, then sys.path)"
+    )
 
 
 def test_a_module_in_the_rootdir_imports_even_off_sys_path(
@@ -340,10 +344,27 @@ def test_a_module_in_the_rootdir_imports_even_off_sys_path(
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".")])
     monkeypatch.chdir(ROOT)
     (tmp_path / "team_agent_mod.py").write_text("def make(ctx):\n    return 'made'\n")
-    loader = Loader("agent:team_agent_mod:make", "team_agent_mod:make", tmp_path)
+    loader = Loader("agent:team_agent_mod:make", "team_agent_mod:make", [tmp_path])
     assert loader.call(None) == "made"
     assert str(tmp_path) in sys.path
     monkeypatch.delitem(sys.modules, "team_agent_mod")
+
+
+def test_the_first_folder_of_the_search_wins_over_sys_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    here, there, later = tmp_path / "here", tmp_path / "there", tmp_path / "later"
+    for folder in (here, there, later):
+        (folder / "shadowed_agent").mkdir(parents=True)
+        (folder / "shadowed_agent" / "__init__.py").write_text(
+            "from shadowed_agent.sibling import WHO\ndef make(ctx):\n    return WHO\n"
+        )
+        (folder / "shadowed_agent" / "sibling.py").write_text(f"WHO = {folder.name!r}\n")
+    monkeypatch.setattr(sys, "path", [str(there), *sys.path])
+    loader = Loader("agent:shadowed_agent:make", "shadowed_agent:make", [here, later])
+    assert loader.call(None) == "here"
+    monkeypatch.delitem(sys.modules, "shadowed_agent")
+    monkeypatch.delitem(sys.modules, "shadowed_agent.sibling")
 
 
 # -- what the bank receives is what the agent sent ----------------------------------------

@@ -190,7 +190,7 @@ BROKEN_MODULES = {
     "exits": "import sys\n\nsys.exit(3)\n",
     "lazy": "def __getattr__(name):\n    raise KeyError(name)\n",
 }
-NOT_FOUND = "(looked on sys.path and in the rootdir)"
+NOT_FOUND = "(looked in {root}, then sys.path)"  # the invocation folder is the rootdir
 
 
 @pytest.mark.parametrize(
@@ -280,7 +280,8 @@ def test_a_spec_that_cannot_be_loaded_is_one_usage_error_before_anything_runs(
     )
     result = pytester.runpytest(*COMMON, *args, "--vault-results=out.parquet")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert [x for x in result.errlines if x.strip()] == [f"ERROR: {message}"]
+    said = message.replace("{root}", str(pytester.path))
+    assert [x for x in result.errlines if x.strip()] == [f"ERROR: {said}"]
     assert "a test ran" not in result.stdout.str() and not (team / "out.parquet").exists()
 
 
@@ -292,8 +293,9 @@ def test_an_unloadable_spec_is_said_once_under_xdist(pytester: pytest.Pytester, 
         *COMMON, "-n", "2", "--vault-model=agent:my_agnt:make", "--vault-guard=my_gard:make"
     )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
+    not_found = NOT_FOUND.replace("{root}", str(pytester.path))
     assert [x for x in result.errlines if x.strip()] == [
-        f"ERROR: --vault-model agent:my_agnt:make: no module named 'my_agnt' {NOT_FOUND}"
+        f"ERROR: --vault-model agent:my_agnt:make: no module named 'my_agnt' {not_found}"
     ]
     assert "bringing up nodes" not in result.stdout.str()
 
