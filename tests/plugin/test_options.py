@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_vault.plugin.options import BEGIN, END, OPTIONS, reference
+from pytest_vault.plugin.options import OPTIONS, reference
 from pytest_vault.plugin.session import VAULT
 from pytest_vault.plugin.settings import Options
 
