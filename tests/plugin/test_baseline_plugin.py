@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 CASES = Path(__file__).resolve().parents[2] / "cases"
 COMMON = (
-    "cases",
+    "--vault-corpus=cases",
     "-p",
     "no:cacheprovider",
     "-p",
