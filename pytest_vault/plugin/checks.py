@@ -48,6 +48,22 @@ def settle(config: pytest.Config) -> None:
             origins[option.key] = where
         setattr(config.option, option.key, value)
     config.stash[SETTLED] = origins
+    _unknown_keys(config)
+
+
+def _unknown_keys(config: pytest.Config) -> None:
+    """A `vault_*` key no option has is a typo of one that does: a warning naming it
+    and the nearest key (pytest's own check does not see keys a plugin registered)."""
+    import difflib
+
+    keys = [o.key for o in OPTIONS]
+    for key in sorted(k for k in config.inicfg if k.startswith("vault_") and k not in keys):
+        near = difflib.get_close_matches(key, keys, n=1, cutoff=0.8)
+        hint = f"; did you mean {near[0]}?" if near else ""
+        where = _where(config, key)
+        config.issue_config_time_warning(
+            pytest.PytestConfigWarning(f"{where}: unknown pytest-vault key{hint}"), stacklevel=2
+        )
 
 
 def asks(config: pytest.Config) -> bool:

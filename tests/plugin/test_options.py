@@ -213,3 +213,15 @@ def test_the_options_import_nothing_heavy() -> None:
     assert {"pydantic", "pyarrow", "numpy", "openai", "anthropic", "httpx"} & set(
         out.stdout.split()
     ) == set()
+
+
+def test_an_unknown_vault_key_warns_with_the_nearest_known_key(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nvault_corpus = .\nvault_modle = scripted:replay\nvault_zzz = 1\n")
+    pytester.makepyfile(test_one="def test_one(): pass")
+    result = pytester.runpytest("-p", "no:randomly", "-W", "always")
+    result.assert_outcomes(passed=1)
+    ours = [line.strip() for line in result.outlines if "pytest-vault key" in line]
+    assert [line.partition("PytestConfigWarning: ")[2] for line in ours] == [
+        "tox.ini: vault_modle: unknown pytest-vault key; did you mean vault_model?",
+        "tox.ini: vault_zzz: unknown pytest-vault key",
+    ]
