@@ -49,8 +49,7 @@ class Corpora:
 def corpora_of(config: pytest.Config, origin: str, from_config: bool) -> Corpora:
     """The run's corpora, each path checked: a missing one is a usage error naming
     `origin` (the flag, or the config file and key)."""
-    here = config.invocation_params.dir
-    given = config.args_source == pytest.Config.ArgsSource.ARGS
+    here, given = config.invocation_params.dir, _given(config)
     found: list[Path] = []
     paths: list[Path] = []
     for value in config.getoption("vault_corpus") or ():
@@ -74,13 +73,18 @@ def corpora_of(config: pytest.Config, origin: str, from_config: bool) -> Corpora
     return Corpora(tuple(found), tuple(paths), named, roots)
 
 
+def _given(config: pytest.Config) -> bool:
+    """Whether the user named paths on the command line (not testpaths, not the folder)."""
+    return config.args_source == pytest.Config.ArgsSource.ARGS
+
+
 def _absolute(path: Path) -> Path:
     return Path(os.path.abspath(path))  # as pytest names the files it walks
 
 
 def take_args(config: pytest.Config, corpora: Corpora, from_config: bool) -> None:
     """Add the corpora's paths to what pytest collects (see the module's docstring)."""
-    given = config.args_source == pytest.Config.ArgsSource.ARGS
+    given = _given(config)
     if from_config and given:
         return
     paths = [str(p) for p in corpora.paths]
