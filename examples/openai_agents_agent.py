@@ -13,7 +13,7 @@ for every run (`run_config()`), so nothing leaves the machine but the model's ow
 - `make_openai`: the same agent on a real OpenAI model (VAULT_AGENT_MODEL, default
   gpt-4o-mini; key and base URL as the openai SDK reads them).
 
-    pytest cases/ --vault-model agent:openai_agents_agent:make    # from this folder, or the rootdir
+    pytest --vault-corpus builtin --vault-model agent:openai_agents_agent:make    # from this folder
 """
 
 from __future__ import annotations

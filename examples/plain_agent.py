@@ -11,7 +11,7 @@ exactly what executed.
 - `make_openai`: the same shape with a real model, a hand-written OpenAI tool loop
   (model from VAULT_AGENT_MODEL; key and base URL as the openai SDK reads them).
 
-    pytest cases/ --vault-model agent:plain_agent:make    # from this folder, or the rootdir
+    pytest --vault-corpus builtin --vault-model agent:plain_agent:make    # from this folder
 """
 
 from __future__ import annotations

@@ -12,8 +12,7 @@ keeps the conversation across `reply` calls, as a chat agent does.
   key and base URL as the openai SDK reads them).
 
     pip install 'pytest-vault[pydantic-ai]'
-    pytest cases/ --vault-model agent:pydantic_ai_agent:make    # from this folder, or
-                                                                # copied to the rootdir
+    pytest --vault-corpus builtin --vault-model agent:pydantic_ai_agent:make    # from this folder
 """
 
 from __future__ import annotations

@@ -92,9 +92,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
-    if file_path.suffix == ".jsonl" and parent.config.stash[VAULT].corpora.takes(file_path):
+    vault = parent.config.stash[VAULT]
+    if file_path.suffix == ".jsonl" and vault.corpora.takes(file_path):
         from pytest_vault.plugin.collect import CorpusFile
 
+        vault.collected = True
         return CorpusFile.from_parent(parent, path=file_path)
     return None
 
@@ -106,11 +108,13 @@ def pytest_make_collect_report(
     """The built-in corpus files join the session's own collectors: they are no path of
     the user's (`builtin/level-2.jsonl`, wherever the package is installed)."""
     report = yield
-    if isinstance(collector, pytest.Session) and report.passed:
+    vault = collector.config.stash[VAULT]
+    if vault.corpora.builtin and isinstance(collector, pytest.Session) and report.passed:
         from pytest_vault.corpus.builtin import nodeid
         from pytest_vault.plugin.collect import CorpusFile
 
-        for path in collector.config.stash[VAULT].corpora.builtin:
+        vault.collected = True
+        for path in vault.corpora.builtin:
             report.result.append(CorpusFile.from_parent(collector, path=path, nodeid=nodeid(path)))
     return report
 
@@ -119,16 +123,18 @@ def pytest_make_collect_report(
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Keep this sample's and shard's items (after -k, -m and, for decision tests,
     --vault-level), and count what the run plans."""
+    vault = config.stash[VAULT]
+    shard = vault.options.shard
+    if not vault.collected and shard is None:
+        return  # nothing of ours: the run stays exactly the user's (and imports nothing)
     from pytest_vault.plugin.collect import apply_sample, group_key
 
-    vault = config.stash[VAULT]
     if config.getoption("vault_decisions"):
         from pytest_vault.plugin.decisions import deselect_levels
 
         deselect_levels(config, items)
     # The sample before the shard: every shard takes its share of the same sample.
     apply_sample(config, items)
-    shard = vault.options.shard
     vault.planned_run = planned(items)
     if shard is not None:
         k, n = shard
@@ -149,7 +155,7 @@ def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, objec
     """Start evaluating this process's share ahead of the tests; stop when they end."""
     vault = session.config.stash[VAULT]
     # --collect-only and --vault-plan: no test runs, so nothing is evaluated, asked or cached.
-    jobs = _share(session) if asks(session.config) else []
+    jobs = _share(session) if vault.collected and asks(session.config) else []
     if jobs:
         vault.start(jobs)
     try:

@@ -17,6 +17,7 @@ from pytest_vault.corpus.model import Case
 from pytest_vault.guard.money import Money
 from pytest_vault.guard.passport import PassportError
 from pytest_vault.harness.events import RECORDED
+from pytest_vault.plugin.corpora import named_by_ids
 from pytest_vault.plugin.session import vault_of
 from pytest_vault.plugin.settings import Job
 
@@ -76,6 +77,17 @@ class VaultFailure(VaultError):
 
 class CorpusFile(pytest.File):
     def collect(self) -> Iterator[pytest.Item]:
+        # A built-in file reached through node ids on the command line: those tests only.
+        ids = [i for i in vault_of(self.config).corpora.ids if i.partition("::")[0] == self.nodeid]
+        if not ids:
+            yield from self._items()
+            return
+        items = [i for i in self._items() if named_by_ids(ids, i.nodeid)]
+        for unmatched in (i for i in ids if not any(named_by_ids([i], t.nodeid) for t in items)):
+            raise self.CollectError(f"{shown(unmatched)}: no such test in this run")
+        yield from items
+
+    def _items(self) -> Iterator[pytest.Item]:
         vault = vault_of(self.config)
         try:
             vault.levels  # noqa: B018 - load (and check) the passports before any case

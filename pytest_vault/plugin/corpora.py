@@ -8,12 +8,15 @@ are left to their owners.
 run of `pytest tests/test_app.py` stays the user's.
 
 The built-in files are no path of the user's: they join the session's own collectors
-(`builtin/level-2.jsonl`), wherever the package is installed.
+(`builtin/level-2.jsonl`), wherever the package is installed. A built-in node id on the
+command line (`pytest 'builtin/level-2.jsonl::L2-s07-a3'`, copied from a report) runs
+that file's matching tests, unless a `builtin/` folder of the user's is there.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +37,8 @@ class Corpora:
     named: frozenset[Path] = frozenset()
     # `paths` as written and as resolved: a link into a corpus folder, or a link to one.
     roots: frozenset[Path] = frozenset()
+    # Built-in node ids named on the command line (taken out of pytest's arguments).
+    ids: tuple[str, ...] = ()
 
     def takes(self, path: Path) -> bool:
         if path.name.endswith(OWN_SUFFIX):
@@ -57,10 +62,15 @@ def corpora_of(config: pytest.Config, origin: str, from_config: bool) -> Corpora
             found += [p for p in builtin.files(value) if p not in found]
             continue
         path = here / value  # a config file's paths are already absolute
+        # Named as written: a config file's relative to the file.
+        ini = config.inipath
+        written = os.path.relpath(path, ini.parent) if from_config and ini else value
         if not path.exists():
-            raise pytest.UsageError(f"{origin} {shown(value)}: no such file or folder")
+            raise pytest.UsageError(f"{origin} {shown(written)}: no such file or folder")
         if path.is_file() and path.suffix != ".jsonl":
-            raise pytest.UsageError(f"{origin} {shown(value)}: expected a .jsonl file or a folder")
+            raise pytest.UsageError(
+                f"{origin} {shown(written)}: expected a .jsonl file or a folder"
+            )
         paths.append(_absolute(path))
     named = frozenset(
         _absolute(here / arg.partition("::")[0])
@@ -69,8 +79,38 @@ def corpora_of(config: pytest.Config, origin: str, from_config: bool) -> Corpora
     )
     if from_config and given:
         found = []  # the user named what to run; files under `paths` reached still count
+    # A file named whole (`--vault-corpus builtin`) runs whole, beside any of its ids.
+    ids = {i: p for i, p in (_builtin_ids(config) if given else {}).items() if p not in found}
+    found += [p for p in dict.fromkeys(ids.values()) if p not in found]
     roots = frozenset([*paths, *(p.resolve() for p in paths)])
-    return Corpora(tuple(found), tuple(paths), named, roots)
+    return Corpora(tuple(found), tuple(paths), named, roots, tuple(ids))
+
+
+def _builtin_ids(config: pytest.Config) -> dict[str, Path]:
+    """Take the built-in node ids out of pytest's arguments (it would look for them on
+    disk), with the file each names: an unknown built-in file is a usage error."""
+    here, ids, rest = config.invocation_params.dir, {}, []
+    for arg in config.args:
+        path, sep, names = arg.partition("::")
+        if not path.startswith(builtin.PREFIX + "/") or (here / path).exists():
+            rest.append(arg)
+            continue
+        try:
+            [file] = builtin.files(builtin.PREFIX + ":" + path.partition("/")[2])
+        except builtin.BuiltinError:
+            known = ", ".join(f"{builtin.PREFIX}/{n}.jsonl" for n in builtin.names())
+            raise pytest.UsageError(
+                f"{shown(arg)}: no such file or folder, nor built-in corpus file ({known})"
+            ) from None
+        ids[builtin.nodeid(file) + sep + names] = file
+    config.args[:] = rest
+    return ids
+
+
+def named_by_ids(ids: Sequence[str], nodeid: str) -> bool:
+    """Whether a built-in test is one the ids name, as pytest matches a node id: the
+    file, a case (all of its parameters) or one test."""
+    return any(nodeid == i or nodeid.startswith((i + "::", i + "[")) for i in ids)
 
 
 def _given(config: pytest.Config) -> bool:

@@ -8,13 +8,14 @@ that collects no corpus (or `pytest --help`) pays nothing for them.
 
 from __future__ import annotations
 
-import concurrent.futures
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import concurrent.futures
+
     from pluggy import HookRelay
 
     from pytest_vault.harness.adaptive import Attacker, Campaign
@@ -47,6 +48,8 @@ class VaultSession:
     store: RowStore = field(default_factory=RowStore)
     # Which files are corpus files, and the built-in ones the run collects.
     corpora: Corpora = field(default_factory=Corpora)
+    # A corpus file was collected in this process: until then, the run is none of ours.
+    collected: bool = False
     # Case ids seen in this run, across corpus files, with where they were defined.
     seen_ids: dict[str, str] = field(default_factory=dict)
     # sha256 of each corpus file collected, by node id (merged from workers under xdist).
@@ -258,6 +261,8 @@ class VaultSession:
     @property
     def pool(self) -> concurrent.futures.ThreadPoolExecutor:
         if self._pool is None:
+            import concurrent.futures  # on first use: an import pytest --help never pays
+
             self._pool = concurrent.futures.ThreadPoolExecutor(
                 self.options.concurrency, thread_name_prefix="pytest-vault-agent"
             )

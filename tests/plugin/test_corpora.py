@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 
 import pytest
 
@@ -86,6 +87,26 @@ def test_with_no_vault_setting_pytest_runs_as_without_the_plugin(
     ]
 
 
+@pytest.mark.slow
+def test_a_run_that_names_nothing_of_ours_loads_none_of_the_machinery(
+    pytester: pytest.Pytester,
+) -> None:
+    """Start-up as without the plugin: no corpus, case, guard or provider code is imported
+    (their cost is measured in benchmarks/bench_startup.py)."""
+    no_vault_setting(pytester)
+    an_application(pytester)
+    script = (
+        "import sys, pytest\n"
+        "code = pytest.main(['-q', '-p', 'no:cacheprovider', '-p', 'no:randomly'])\n"
+        "print('loaded:', *sorted(m for m in sys.modules if m.startswith('pytest_vault')))\n"
+    )
+    result = pytester.run(sys.executable, "-c", script)
+    [loaded] = [line.split()[1:] for line in result.outlines if line.startswith("loaded:")]
+    assert "pytest_vault.plugin" in loaded
+    heavy = ("corpus.load", "corpus.model", "guard", "harness", "models.providers", "report")
+    assert [m for m in loaded if m.removeprefix("pytest_vault.").startswith(heavy)] == []
+
+
 def test_only_files_named_as_ours_are_corpora(pytester: pytest.Pytester) -> None:
     no_vault_setting(pytester)
     an_application(pytester)
@@ -145,6 +166,38 @@ def test_the_builtin_corpus_has_stable_readable_ids(pytester: pytest.Pytester) -
     assert listed(pytester, "--vault-corpus=builtin", *only) == [one]
 
 
+def test_a_builtin_node_id_runs_as_pytest_runs_a_file_s(pytester: pytest.Pytester) -> None:
+    no_vault_setting(pytester)
+    one = "builtin/level-2.jsonl::L2-s07-a3[scripted:obedient-B-guarded]"
+    # Copied from a report: that test; a case: all of its tests; a file: all of it.
+    assert listed(pytester, one) == [one]
+    case_ids = listed(pytester, "builtin/level-2.jsonl::L2-s07-a3")
+    assert len(case_ids) == PER_CASE and one in case_ids
+    level_2 = len(load_corpus(builtin.FOLDER / "level-2.jsonl"))
+    both = listed(pytester, "builtin/level-2.jsonl::L2-s07-a3", "builtin/level-2.jsonl")
+    assert len(both) == level_2 * PER_CASE and len(set(both)) == len(both)
+    # Beside a whole built-in corpus: that corpus, whole, once.
+    assert len(listed(pytester, one, "--vault-corpus=builtin:level-2")) == level_2 * PER_CASE
+    result = pytester.runpytest(*ONE, one, "builtin/level-5.jsonl::L5-s01-a1")
+    result.assert_outcomes(passed=1 + PER_CASE)
+    # An id of no test, or of no built-in file: named, and nothing runs.
+    result = pytester.runpytest(*ONE, "builtin/level-2.jsonl::L2-nope")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["builtin/level-2.jsonl::L2-nope: no such test in this run"])
+    result = pytester.runpytest(*ONE, "builtin/level-9.jsonl::x")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["ERROR: builtin/level-9.jsonl::x: no such file or folder, nor built-in corpus file (*)"]
+    )
+    # A folder of the user's named `builtin/` is theirs.
+    pytester.makefile(".jsonl", **{"builtin/level-2": case("theirs")})
+    assert listed(pytester, "builtin/level-2.jsonl") == [
+        f"builtin/level-2.jsonl::theirs[scripted:obedient-{t}-{a}]"
+        for t in "AB"
+        for a in ("model", "guarded")
+    ]
+
+
 def test_the_builtin_corpus_runs_with_a_teams_own(pytester: pytest.Pytester) -> None:
     pytester.makefile(".jsonl", mine=case("mine"))
     result = pytester.runpytest(*ONE, "--vault-corpus=builtin:level-2", "--vault-corpus=mine.jsonl")
@@ -191,10 +244,16 @@ def test_a_copy_of_the_builtin_corpus_collects_the_same_cases(
             "builtin:level-1, builtin:level-2, builtin:level-3, builtin:level-4, "
             "builtin:level-5)",
         ),
+        # Named as the config file wrote it.
         (
             (),
             'vault_corpus = ["nope"]',
-            "pyproject.toml: vault_corpus {root}/nope: no such file or folder",
+            "pyproject.toml: vault_corpus nope: no such file or folder",
+        ),
+        (
+            (),
+            'vault_corpus = ["notes.txt"]',
+            "pyproject.toml: vault_corpus notes.txt: expected a .jsonl file or a folder",
         ),
     ],
 )
@@ -207,8 +266,6 @@ def test_a_corpus_that_is_not_there_is_one_line_before_anything_runs(
         pytester.makepyprojecttoml(f"[tool.pytest.ini_options]\n{config}\n")
     result = pytester.runpytest(*ONE, *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    said = said.replace("{root}", str(pytester.path))  # a config file's path, as it is read
-    said = said.replace("{root}", str(pytester.path))  # a config file's path, as it is read
     assert [line for line in result.errlines if line.strip()] == [f"ERROR: {said}"]
 
 
