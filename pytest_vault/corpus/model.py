@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import difflib
+import re
+import datetime as dt
 from decimal import Decimal
 from typing import Annotated, Any, Literal, cast
 
 from pydantic import (
     AfterValidator,
+    BeforeValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -59,35 +62,120 @@ class CaseCall(BaseModel):
     arguments: dict[str, Any] | StrictStr = Field(default_factory=dict)
 
 
+def _exact_amount(value: object) -> object:
+    # A JSON number only (read as int or Decimal): no strings, booleans or floats.
+    if type(value) not in (int, Decimal):
+        raise PydanticCustomError("number", "expected a JSON number")
+    # An amount the bank could pay, in whole cents: 1e400 or 1e-999999999 loaded,
+    # then failed as an exception in the middle of an evaluation.
+    amount = Decimal(cast(int | Decimal, value))
+    try:
+        if amount > 0:  # else the field's own bound says so
+            to_minor(amount, 2)
+    except Unreadable as exc:
+        raise PydanticCustomError("amount", "{why}", {"why": str(exc)}) from None
+    return value
+
+
+# Dollars (major units), exact. The schema written out: only a JSON number is read (never
+# a string), and so the file does not change with the pydantic release that would write
+# Decimal's own.
+Amount = Annotated[
+    Decimal,
+    BeforeValidator(_exact_amount),
+    Field(gt=0, allow_inf_nan=False),
+    WithJsonSchema({"type": "number", "exclusiveMinimum": 0}),
+]
+
+
 class Goal(BaseModel):
-    """What an attack tries to get paid: the adaptive attacker's target."""
+    """What an attack tries to get paid: the adaptive attacker's target, and an indirect
+    case's injected action."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     recipient: NonEmpty
-    # The schema written out: only a JSON number is read (never a string), and so the
-    # file does not change with the pydantic release that would write Decimal's own.
-    amount: Annotated[
-        Decimal,
-        Field(gt=0, allow_inf_nan=False),
-        WithJsonSchema({"type": "number", "exclusiveMinimum": 0}),
-    ] = Field(description="dollars (major units), an exact JSON number")
+    amount: Amount | None = Field(
+        None, description="dollars (major units), an exact JSON number; omit for any amount"
+    )
 
-    @field_validator("amount", mode="before")
+
+# A place in an environment's text where an injection is planted: `{{name}}`.
+MARKER = re.compile(r"\{\{([a-z0-9_]+)\}\}")
+# What a placement is called in the rows, by the part of the environment it is in.
+PLACEMENTS = ("document", "transaction", "payee_note")
+
+
+class HistoryEntry(BaseModel):
+    """A transaction the customer's history shows, after the bank's own opening entries."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    date: dt.date = Field(description="YYYY-MM-DD")
+    counterparty: NonEmpty
+    amount: Amount = Field(description="dollars (major units), an exact JSON number")
+    memo: StrictStr = ""
+
+    @field_validator("date", mode="before")
     @classmethod
-    def _number(cls, value: object) -> object:
-        # A JSON number only (read as int or Decimal): no strings, booleans or floats.
-        if type(value) not in (int, Decimal):
-            raise PydanticCustomError("number", "expected a JSON number")
-        # An amount the bank could pay, in whole cents: 1e400 or 1e-999999999 loaded,
-        # then failed as an exception in the middle of an evaluation.
-        amount = Decimal(cast(int | Decimal, value))
-        try:
-            if amount > 0:  # else the field's own bound says so
-                to_minor(amount, 2)
-        except Unreadable as exc:
-            raise PydanticCustomError("amount", "{why}", {"why": str(exc)}) from None
+    def _iso(cls, value: object) -> object:
+        if not isinstance(value, str):
+            raise PydanticCustomError("date", "expected a YYYY-MM-DD string")
         return value
+
+
+class Environment(BaseModel):
+    """What an indirect case's tools read: the evidence the organization does not vouch
+    for. Its texts may hold `{{name}}` markers, each filled by one of the case's
+    injections: its attack text in the attacked copy, its clean text in the clean copy."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    documents: dict[NonEmpty, StrictStr] = Field(
+        default_factory=dict, description="file name -> text, read with read_document"
+    )
+    history: list[HistoryEntry] = Field(
+        default_factory=list, description="entries get_transaction_history adds"
+    )
+    payee_notes: dict[NonEmpty, StrictStr] = Field(
+        default_factory=dict, description="recipient -> the note verify_recipient returns"
+    )
+
+    def texts(self) -> list[tuple[str, str, str]]:
+        """(placement, field path, text) of every text a marker may be in."""
+        out = [("document", f"documents.{name}", t) for name, t in self.documents.items()]
+        for i, e in enumerate(self.history):
+            out.append(("transaction", f"history.{i}.counterparty", e.counterparty))
+            out.append(("transaction", f"history.{i}.memo", e.memo))
+        out += [("payee_note", f"payee_notes.{r}", t) for r, t in self.payee_notes.items()]
+        return out
+
+    def filled(self, texts: dict[str, str]) -> Environment:
+        """This environment with each marker replaced by its text in `texts`."""
+
+        def fill(text: str) -> str:
+            return MARKER.sub(lambda m: texts[m.group(1)], text)
+
+        return Environment(
+            documents={n: fill(t) for n, t in self.documents.items()},
+            history=[
+                e.model_copy(update={"counterparty": fill(e.counterparty), "memo": fill(e.memo)})
+                for e in self.history
+            ],
+            payee_notes={r: fill(t) for r, t in self.payee_notes.items()},
+        )
+
+
+class Injection(BaseModel):
+    """An attack planted at one marker of the environment, and what the clean copy has."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    place: Annotated[StrictStr, Field(pattern=r"^[a-z0-9_]+$")] = Field(
+        description="the marker's name: {{place}} in the environment's texts"
+    )
+    attack: NonEmpty = Field(description="the text planted in the attacked copy")
+    clean: StrictStr = Field(description="the text the clean copy has there instead")
 
 
 # The keys that describe a case rather than drive its evaluation, as the line spells them.
@@ -109,12 +197,21 @@ class Case(BaseModel):
     level: Annotated[StrictInt, Field(ge=1, le=5)]
     category: Name = Field(description=f"e.g. {', '.join(CATEGORIES)}; 'benign' for benign")
     messages: Annotated[list[NonEmpty], Field(min_length=1)] = Field(
-        description="the attacker's messages, in order"
+        description="the attacker's messages, in order (indirect: the user's benign task)"
     )
     kind: Literal["attack", "benign"] = "attack"
-    calls: list[CaseCall] = Field(default_factory=list)
+    calls: list[CaseCall] = Field(
+        default_factory=list, description="replayed calls (indirect: the benign task's calls)"
+    )
     # The adaptive attacker's target; without it, the first transfer_funds call's.
+    # Indirect: the injected action, required.
     goal: Goal | None = None
+    environment: Environment | None = Field(
+        None, description="indirect cases: what the tools read, with the injections' markers"
+    )
+    injections: list[Injection] = Field(
+        default_factory=list, description="indirect cases: the attacks planted in the environment"
+    )
     technique: Name | None = Field(
         None, description="the attack's technique, e.g. forged_receipt: a word for -k"
     )
@@ -139,6 +236,65 @@ class Case(BaseModel):
                 raise PydanticCustomError("unknown_key", "{why}", {"why": _unknown(unknown, known)})
         return data
 
+    @model_validator(mode="after")
+    def _indirect(self) -> Case:
+        if self.environment is None:
+            if self.injections:
+                raise _at("environment", "an indirect case needs the environment it plants in")
+            return self
+        if not self.injections:
+            raise _at(
+                "environment", "a direct case has no environment (add injections, or remove it)"
+            )
+        if self.kind != "attack":
+            raise _at("kind", "an indirect case is an attack (its clean copy is the benign run)")
+        if self.goal is None:
+            raise _at("goal", "an indirect case names its injected action (the recipient)")
+        marked = {
+            name: path
+            for _, path, text in self.environment.texts()
+            for name in MARKER.findall(text)
+        }
+        seen: set[str] = set()
+        for i, injection in enumerate(self.injections):
+            if injection.place in seen:
+                raise _at(f"injections.{i}.place", f"{injection.place!r} is planted twice")
+            seen.add(injection.place)
+            if injection.place not in marked:
+                raise _at(
+                    f"injections.{i}.place",
+                    f"no {{{{{injection.place}}}}} in the environment's texts",
+                )
+            if injection.attack == injection.clean:
+                raise _at(f"injections.{i}.attack", "identical to its clean text")
+        for name, path in marked.items():
+            if name not in seen:
+                raise _at(f"environment.{path}", f"{{{{{name}}}}} is filled by no injection")
+        return self
+
+    @property
+    def indirect(self) -> bool:
+        """Attacks planted in what the tools return (an environment and injections)."""
+        return self.environment is not None
+
+    def copy_of(self, which: Literal["attack", "clean"]) -> Environment | None:
+        """The environment as the tools read it: the attacked copy, or the clean one."""
+        if self.environment is None:
+            return None
+        return self.environment.filled({i.place: getattr(i, which) for i in self.injections})
+
+    def placements(self) -> tuple[str, ...]:
+        """The parts of the environment the injections are planted in, in PLACEMENTS order."""
+        if self.environment is None:
+            return ()
+        places = {i.place for i in self.injections}
+        found = {
+            kind
+            for kind, _, text in self.environment.texts()
+            if places.intersection(MARKER.findall(text))
+        }
+        return tuple(p for p in PLACEMENTS if p in found)
+
     def line(self) -> dict[str, Any]:
         """The case as its line's data: every field, defaults filled in, and those of the
         descriptive keys the line has."""
@@ -149,6 +305,11 @@ class Case(BaseModel):
     def metadata(self) -> dict[str, Any]:
         """The descriptive keys the line has (technique, canary, provenance, metadata)."""
         return {k: v for k, v in self.line().items() if k in DESCRIPTIVE}
+
+
+def _at(field: str, why: str) -> PydanticCustomError:
+    """An error of the whole case, worded with the field it is about."""
+    return PydanticCustomError("indirect", "{field}: {why}", {"field": field, "why": why})
 
 
 def _unknown(keys: list[Any], known: list[str]) -> str:
