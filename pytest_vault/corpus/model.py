@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import difflib
 import re
-import datetime as dt
 from decimal import Decimal
 from typing import Annotated, Any, Literal, cast
 
 from pydantic import (
     AfterValidator,
-    BeforeValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StrictInt,
