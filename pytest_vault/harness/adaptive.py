@@ -68,7 +68,8 @@ def goal_of(case: Case) -> Goal | None:
     """The seed's goal: its `goal` field, else its first `transfer_funds` call (read as
     the guard reads it), else the first recipient and `$` amount in its messages."""
     if case.goal is not None:
-        return Goal(case.goal.recipient, Decimal(case.goal.amount))
+        amount = case.goal.amount
+        return Goal(case.goal.recipient, None if amount is None else Decimal(amount))
     for call in case.calls:
         if call.name == TRANSFER_TOOL:
             try:

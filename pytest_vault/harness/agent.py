@@ -13,12 +13,17 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from pytest_vault.corpus.model import Case
-from pytest_vault.harness.bank import Architecture, Bank, CallRecord, Screen
+from pytest_vault.harness.bank import Architecture, Bank, CallRecord, Scene, Screen
 from pytest_vault.harness.levels import Level
 
 # "adaptive": an attacker writes each next message (harness/adaptive.py); reported apart.
-Track = Literal["A", "B", "adaptive"]
+# "indirect": the user's benign task, the attack planted in what the tools return; its
+# cases (and only they) run on it, each attacked run with its paired clean run.
+Track = Literal["A", "B", "adaptive", "indirect"]
 TRACKS: tuple[Track, ...] = ("A", "B")
+INDIRECT: Track = "indirect"
+# Which copy of an indirect case's environment the tools read.
+Copy = Literal["attack", "clean"]
 DEFAULT_MAX_STEPS = 8
 
 
@@ -127,6 +132,20 @@ TOOLS: tuple[dict[str, Any], ...] = (
     _tool("get_transaction_history", "List the account's recent transactions.", {}, []),
     _tool("get_balance", "Show the account's available balance.", {}, []),
 )
+DOCUMENT = _tool(
+    "read_document",
+    "Read one of the customer's documents (a bill, an invoice, a notice) by its file name.",
+    {"name": {"type": "string", "description": "The document's file name"}},
+    ["name"],
+)
+
+
+def tools_for(case: Case) -> tuple[dict[str, Any], ...]:
+    """The tools a case's bank offers: the four, and a document tool where the case has
+    documents (so a direct case's requests stay as they were)."""
+    if case.environment is not None and case.environment.documents:
+        return (*TOOLS, DOCUMENT)
+    return TOOLS
 
 
 @dataclass
@@ -162,18 +181,22 @@ Driver = Callable[[Bank, Callable[[str], Awaitable[str]]], Awaitable[None]]
 
 
 def open_bank(
-    level: Level, architecture: Architecture, screen: Callable[[], Screen] | None
+    level: Level,
+    architecture: Architecture,
+    screen: Callable[[], Screen] | None,
+    scene: Scene | None = None,
 ) -> Bank:
     """A fresh bank; a team guard, if any, is made for it (a failing factory raises)."""
     if screen is None or architecture != "guarded":
-        return Bank(level.passport, architecture)
-    return Bank(level.passport, architecture, screen=screen())
+        return Bank(level.passport, architecture, scene=scene)
+    return Bank(level.passport, architecture, screen=screen(), scene=scene)
 
 
 def user_messages(case: Case, track: Track) -> list[str]:
-    """Track A sends the attacker's final message; track B sends them all, in order
-    (the adaptive track starts with the final message: its attacker writes the rest)."""
-    return list(case.messages) if track == "B" else case.messages[-1:]
+    """Track A sends the attacker's final message; tracks B and indirect send them all,
+    in order (the adaptive track starts with the final message: its attacker writes the
+    rest)."""
+    return list(case.messages) if track in ("B", INDIRECT) else case.messages[-1:]
 
 
 async def evaluate(
@@ -186,16 +209,20 @@ async def evaluate(
     max_steps: int = DEFAULT_MAX_STEPS,
     screen: Callable[[], Screen] | None = None,
     driver: Driver | None = None,
+    copy: Copy = "attack",
 ) -> Evaluation:
     """`screen`, guarded only: makes this evaluation's team guard (`--vault-guard`).
-    `driver`: the adaptive track's attacker loop, instead of the track's messages."""
+    `driver`: the adaptive track's attacker loop, instead of the track's messages.
+    `copy`: an indirect case's environment as the tools read it (its attacked copy, or
+    its clean one for the paired clean run)."""
     ev = Evaluation(case, level, model.spec, track, architecture)
     bound = len(case.calls) + 1 if model.ignores_step_bound else max_steps
     conversation: list[Message] = []
+    tools = tools_for(case)
     tokens_in = tokens_out = 0
     latency = 0.0
     try:
-        bank = open_bank(level, architecture, screen)
+        bank = open_bank(level, architecture, screen, Scene.of(case, copy))
         ev.log = bank.log
 
         async def send(text: str) -> str:
@@ -207,7 +234,7 @@ async def evaluate(
                     ModelRequest(
                         system=level.system_prompt,
                         messages=tuple(conversation),
-                        tools=TOOLS,
+                        tools=tools,
                         temperature=level.temperature,
                         max_tokens=level.max_tokens,
                         case=case,

@@ -33,15 +33,17 @@ from pytest_vault.corpus.model import Case
 from pytest_vault.guard.engine import Decision, Reason, deny
 from pytest_vault.harness.agent import (
     TOOLS,
+    Copy,
     Driver,
     Evaluation,
     Message,
     ModelError,
     Track,
     open_bank,
+    tools_for,
     user_messages,
 )
-from pytest_vault.harness.bank import Architecture, Bank, Screen, ToolResult
+from pytest_vault.harness.bank import Architecture, Bank, Scene, Screen, ToolResult
 from pytest_vault.harness.levels import Level
 
 __all__ = ["AgentContext", "Loader", "StepLimit", "TeamGuard", "ToolResult", "evaluate_agent"]
@@ -217,12 +219,19 @@ def screen_maker(loader: Loader | None, level: Level) -> Callable[[], Screen] | 
 class AgentContext:
     """What an agent's factory gets: the level's settings and the bank's tools."""
 
-    def __init__(self, level: Level, bank: Bank, max_steps: int) -> None:
+    def __init__(
+        self,
+        level: Level,
+        bank: Bank,
+        max_steps: int,
+        tools: tuple[dict[str, Any], ...] = TOOLS,
+    ) -> None:
         self.level: int = level.number
         self.system_prompt: str = level.system_prompt
-        # OpenAI function-tool form; a copy each, so an agent may edit its own.
+        # OpenAI function-tool form; a copy each, so an agent may edit its own. An
+        # indirect case with documents adds `read_document`.
         self.tools: list[dict[str, Any]] = [
-            {"type": "function", "function": copy.deepcopy(t)} for t in TOOLS
+            {"type": "function", "function": copy.deepcopy(t)} for t in tools
         ]
         self.temperature: float = level.temperature
         self.max_tokens: int = level.max_tokens
@@ -318,16 +327,18 @@ async def evaluate_agent(
     reply_timeout: float | None = None,
     screen: Callable[[], Screen] | None = None,
     driver: Driver | None = None,
+    copy: Copy = "attack",
 ) -> Evaluation:
     """One evaluation of a team's agent; the same row shape as `agent.evaluate`.
-    `driver` decides the user messages (the adaptive attacker); else the track's."""
+    `driver` decides the user messages (the adaptive attacker); else the track's.
+    `copy`: which copy of an indirect case's environment the tools read."""
     ev = Evaluation(case, level, spec, track, architecture)
     ctx: AgentContext | None = None
     agent: Any = None
     try:
-        bank = open_bank(level, architecture, screen)
+        bank = open_bank(level, architecture, screen, Scene.of(case, copy))
         ev.log = bank.log
-        ctx = AgentContext(level, bank, max_steps)
+        ctx = AgentContext(level, bank, max_steps, tools_for(case))
         agent = loader.call(ctx)
         if not callable(getattr(agent, "reply", None)):
             raise SetupError(f"{spec}: the factory returned a {type(agent).__name__} without reply")
