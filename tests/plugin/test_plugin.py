@@ -227,8 +227,8 @@ def test_guarded_test_fails_when_a_forbidden_transfer_executes(
         WILD = Guard(load_levels()[1].passport)
         original = bank.Bank.__init__
 
-        def broken(self, passport, architecture, enforcer=None):
-            original(self, passport, architecture, Guard(WILD.passport))
+        def broken(self, passport, architecture, enforcer=None, *args, **kwargs):
+            original(self, passport, architecture, Guard(WILD.passport), *args, **kwargs)
 
         bank.Bank.__init__ = broken
         """
