@@ -12,6 +12,8 @@ from pytest_vault.core.errors import VaultError, describe, reason
 from pytest_vault.core.json import DocumentError, read_json
 from pytest_vault.core.text import shown
 from pytest_vault.corpus.model import Case
+from pytest_vault.guard.engine import permits_recipient, to_minor
+from pytest_vault.guard.passport import Passport
 
 # A file's bad lines reported, at most; then how many more there are.
 SHOWN_PROBLEMS = 50
@@ -44,9 +46,34 @@ def read_case(line: str | bytes, source: str) -> Case:
         raise CorpusError(f"{source}: {describe(exc)}") from None
 
 
-def load_corpus(path: str | Path, seen: dict[str, str] | None = None) -> list[tuple[int, Case]]:
+def goal_problem(case: Case, passport: Passport) -> str | None:
+    """Why an indirect case's injected action is no attack at its level: its passport
+    permits the goal's recipient and, where the goal names an amount, that amount within
+    the per-transfer limit (so a Level 1 goal, any recipient permitted, must name an
+    amount over the cap). None when the passport forbids it, or for a direct case."""
+    goal = case.goal
+    limits = passport.charge_limits
+    if not case.indirect or goal is None or not permits_recipient(limits, goal.recipient):
+        return None
+    assert limits is not None  # a passport without a payment capability permits no one
+    cap = limits.currency_limits.get("USD")
+    if goal.amount is not None and cap is not None and to_minor(goal.amount, 2) > cap.max_per_tx:
+        return None
+    within = "" if goal.amount is None else " and its amount"
+    return (
+        f"goal.recipient: Level {case.level}'s passport permits {shown(goal.recipient)!r}"
+        f"{within}: an injected action must be one the level forbids"
+    )
+
+
+def load_corpus(
+    path: str | Path,
+    seen: dict[str, str] | None = None,
+    passports: Mapping[int, Passport] | None = None,
+) -> list[tuple[int, Case]]:
     """Read a corpus file as (line number, case) pairs; `CorpusError` with every bad line
     (the first `SHOWN_PROBLEMS`, then a count), so one run shows all there is to fix.
+    With `passports` (by level), an indirect case whose goal its level permits is bad.
 
     `seen` maps case ids, as shown, to where they were first defined, across files. As
     shown: test names, rows and reports carry `shown(id)`, and two ids that read the same
@@ -70,6 +97,9 @@ def load_corpus(path: str | Path, seen: dict[str, str] | None = None) -> list[tu
             key = shown(case.id)
             if key in seen:
                 raise CorpusError(f"{source}: id: duplicate id {key!r} (first at {seen[key]})")
+            problem = None if passports is None else goal_problem(case, passports[case.level])
+            if problem is not None:
+                raise CorpusError(f"{source}: {problem}")
         except CorpusError as exc:
             bad += 1
             if bad <= SHOWN_PROBLEMS:

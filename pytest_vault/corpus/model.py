@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import difflib
+import hashlib
+import json
 import re
 from decimal import Decimal
 from typing import Annotated, Any, Literal, cast
@@ -282,6 +284,23 @@ class Case(BaseModel):
         if self.environment is None:
             return None
         return self.environment.filled({i.place: getattr(i, which) for i in self.injections})
+
+    def clean_id(self) -> str | None:
+        """The id of this case's paired clean run: `clean-` and a digest of what the model
+        sees on it (level, task, calls, the clean copy of the environment), so that every
+        attack on the same task and environment shares one clean run. None for a direct
+        case."""
+        clean = self.copy_of("clean")
+        if clean is None:
+            return None
+        seen = {
+            "level": self.level,
+            "messages": self.messages,
+            "calls": [c.model_dump(mode="json") for c in self.calls],
+            "environment": clean.model_dump(mode="json"),
+        }
+        text = json.dumps(seen, sort_keys=True, ensure_ascii=False)
+        return "clean-" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
 
     def placements(self) -> tuple[str, ...]:
         """The parts of the environment the injections are planted in, in PLACEMENTS order."""

@@ -1,7 +1,8 @@
 """A stratified sample of a corpus (`--vault-sample N`, `--vault-sample-benign M`,
 `--vault-seed S`): the same cases on every machine, worker and shard.
 
-Attacks are stratified over (level, category), benign cases over their own strata.
+Attacks are stratified over (track, level, category), where the track is direct or
+indirect (an attack planted in what the tools return), benign cases over their own strata.
 A stratum's count is its proportional share N x size / total rounded down or up, so it is
 always within one of the share; the seats left after rounding down go first to strata
 that would otherwise have none, then by largest remainder, so every stratum is
@@ -27,7 +28,7 @@ Count = Annotated[StrictInt, Field(ge=0)]
 # A case in a run: the name of its corpus file and its id (unique across the files of a
 # run, so the name alone tells it apart).
 Where = tuple[str, str]
-Stratum = tuple[int, str]  # (level, category)
+Stratum = tuple[str, int, str]  # ("direct" or "indirect", level, category)
 
 
 class SampleRecord(BaseModel):
@@ -106,7 +107,10 @@ def _pick(cases: Mapping[Where, Case], n: int | None, seed: int) -> set[Where]:
         return set(cases)
     strata: dict[Stratum, list[tuple[str, Where]]] = {}
     for where, case in cases.items():
-        strata.setdefault((case.level, case.category), []).append((case_key(case, seed), where))
+        track = "indirect" if case.indirect else "direct"
+        strata.setdefault((track, case.level, case.category), []).append(
+            (case_key(case, seed), where)
+        )
     seats = allocate({k: len(v) for k, v in strata.items()}, n)
     return {where for k, v in strata.items() for _, where in sorted(v)[: seats[k]]}
 

@@ -157,6 +157,9 @@ class Evaluation:
     model: str
     track: Track
     architecture: Architecture
+    # An indirect case's environment as its tools read it: attacked, or the clean copy of
+    # its paired clean run.
+    copy: Copy = "attack"
     log: list[CallRecord] = field(default_factory=list)
     transcript: list[Message] = field(default_factory=list)
     steps: int = 0
@@ -215,7 +218,7 @@ async def evaluate(
     `driver`: the adaptive track's attacker loop, instead of the track's messages.
     `copy`: an indirect case's environment as the tools read it (its attacked copy, or
     its clean one for the paired clean run)."""
-    ev = Evaluation(case, level, model.spec, track, architecture)
+    ev = Evaluation(case, level, model.spec, track, architecture, copy)
     bound = len(case.calls) + 1 if model.ignores_step_bound else max_steps
     conversation: list[Message] = []
     tools = tools_for(case)

@@ -332,7 +332,7 @@ async def evaluate_agent(
     """One evaluation of a team's agent; the same row shape as `agent.evaluate`.
     `driver` decides the user messages (the adaptive attacker); else the track's.
     `copy`: which copy of an indirect case's environment the tools read."""
-    ev = Evaluation(case, level, spec, track, architecture)
+    ev = Evaluation(case, level, spec, track, architecture, copy)
     ctx: AgentContext | None = None
     agent: Any = None
     try:

@@ -147,7 +147,8 @@ def options_of(config: pytest.Config) -> Options:
     if cache is not None and asks(config) and spends:  # a provider: its answers are cached
         _writable(cache)
     tracks: tuple[Track, ...] = _dedup(
-        get("vault_track"), ("A", "B") if attacker is None else ("A", "B", "adaptive")
+        get("vault_track"),
+        ("A", "B", "indirect") if attacker is None else ("A", "B", "adaptive", "indirect"),
     )
     archs: tuple[Architecture, ...] = _dedup(get("vault_arch"), ("model", "guarded"))
     return Options(

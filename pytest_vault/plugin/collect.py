@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -22,19 +22,24 @@ from pytest_vault.plugin.session import vault_of
 from pytest_vault.plugin.settings import Job
 
 if TYPE_CHECKING:
-    from pytest_vault.harness.agent import Track
+    from pytest_vault.harness.agent import Copy, Track
     from pytest_vault.harness.bank import Architecture
 
 
 def cell_key(item: VaultItem) -> str:
-    """The coverage cell of an item: model|architecture|level|kind|track."""
+    """The coverage cell of an item: model|architecture|level|kind|track (a clean run's
+    row is benign: the user's task with nothing planted)."""
     c = item.case
-    return f"{item.spec}|{item.architecture}|{c.level}|{c.kind}|{item.track}"
+    kind = "benign" if item.copy == "clean" else c.kind
+    return f"{item.spec}|{item.architecture}|{c.level}|{kind}|{item.track}"
 
 
 def group_key(item: pytest.Item) -> str:
-    """Items that belong together (one case and model); any other test is its own group."""
+    """Items that belong together (one case and model; an indirect case's with its paired
+    clean run and the other attacks on it); any other test is its own group."""
     if isinstance(item, VaultItem):
+        if item.track == "indirect":  # a clean run may serve attacks of several files
+            return f"indirect::{item.case.clean_id()}::{item.spec}"
         return f"{item.path}::{item.case.id}::{item.spec}"
     return item.nodeid
 
@@ -50,19 +55,23 @@ def apply_sample(config: pytest.Config, items: list[pytest.Item]) -> None:
         return
     from pytest_vault.corpus.sample import choose
 
-    # Vault tests (evaluations and decision tests) are the items that carry a case.
+    # Vault tests (evaluations and decision tests) are the items that carry a case; a
+    # clean run serves the attacks on its task, and is kept with any of them.
     cases: dict[tuple[str, str], Case] = {}
-    places: list[tuple[str, str] | None] = []
+    places: list[list[tuple[str, str]] | None] = []
     for item in items:
         case = getattr(item, "case", None)
-        places.append((item.path.name, case.id) if isinstance(case, Case) else None)
         if isinstance(case, Case):
-            cases[item.path.name, case.id] = case
+            served: Sequence[Case] = getattr(item, "serves", None) or (case,)
+            places.append([(item.path.name, c.id) for c in served])
+            cases.update(((item.path.name, c.id), c) for c in served)
+        else:
+            places.append(None)
     if not cases:
         return
     kept, record = choose(cases, opts.sample, opts.sample_benign, opts.seed)
     vault.sample = record.model_dump()
-    keep = [where is None or where in kept for where in places]
+    keep = [where is None or not kept.isdisjoint(where) for where in places]
     if not all(keep):
         pairs = list(zip(items, keep, strict=True))
         config.hook.pytest_deselected(items=[item for item, k in pairs if not k])
@@ -90,8 +99,9 @@ class CorpusFile(pytest.File):
     def _items(self) -> Iterator[pytest.Item]:
         vault = vault_of(self.config)
         try:
-            vault.levels  # noqa: B018 - load (and check) the passports before any case
-            entries = load_corpus(self.path, vault.seen_ids)
+            # The passports first: an indirect case's goal is checked against its level's.
+            passports = {n: level.passport for n, level in vault.levels.items()}
+            entries = load_corpus(self.path, vault.seen_ids, passports)
         except (CorpusError, PassportError) as exc:
             raise self.CollectError(str(exc)) from None
         # Keyed by node id (the path from the rootdir): two files of one name in two
@@ -104,20 +114,30 @@ class CorpusFile(pytest.File):
             return
         opts = vault.options
         specs = [(spec, shown(spec)) for spec in opts.models]
+        # The attacks on each task and environment, across the run's files: their one
+        # clean run per cell serves them all, and `-k` on any of them selects it too.
+        served = vault.served
+        for _, case in entries:
+            pair = case.clean_id()
+            if pair is not None and case.level in opts.levels and "indirect" in opts.tracks:
+                served.setdefault(pair, []).append(case)
+                for key, item in vault.clean_runs.items():
+                    if key[0] == pair:  # collected from an earlier file
+                        item.extra_keyword_matches.update((shown(case.id), *keywords(case)))
         for lineno, case in entries:
             if case.level not in opts.levels:
                 continue
             if case.indirect:
-                # Its track (the attacked run beside its paired clean run, and their
-                # attribution) is not in the plugin yet: never run it as a direct case.
-                continue
+                if "indirect" in opts.tracks:
+                    yield from self._indirect(lineno, case, specs)
+                continue  # on no direct track
             # Made once per case and shared by its items: at 87,420 tests, per-item copies
             # of the same words are a good part of the plugin's memory.
             # Ids come from the corpus: shown, so no id is a terminal escape.
             case_id, words = shown(case.id), keywords(case)
             for spec, spec_shown in specs:
                 for track in opts.tracks:
-                    if track == "adaptive" and case.kind != "attack":
+                    if track == "indirect" or (track == "adaptive" and case.kind != "attack"):
                         continue  # only attacks are seeds of the adaptive attacker
                     for arch in opts.architectures:
                         yield VaultItem.from_parent(
@@ -130,6 +150,46 @@ class CorpusFile(pytest.File):
                             architecture=arch,
                             words=words,
                         )
+
+    def _indirect(
+        self, lineno: int, case: Case, specs: list[tuple[str, str]]
+    ) -> Iterator[VaultItem]:
+        """An indirect case's attacked runs, each cell's clean run before its first attack:
+        a clean run matches `-k` on every attack it serves, so selecting an attack keeps
+        its pair."""
+        vault = vault_of(self.config)
+        pair = case.clean_id()
+        assert pair is not None
+        case_id, words = shown(case.id), keywords(case)
+        for spec, spec_shown in specs:
+            for arch in vault.options.architectures:
+                if (pair, spec, arch) not in vault.clean_runs:
+                    cases = vault.served[pair]
+                    vault.clean_runs[pair, spec, arch] = clean = VaultItem.from_parent(
+                        self,
+                        name=f"{pair}[{spec_shown}-indirect-{arch}]",
+                        case=case,
+                        lineno=lineno,
+                        spec=spec,
+                        track="indirect",
+                        architecture=arch,
+                        words=tuple(
+                            dict.fromkeys(w for c in cases for w in (shown(c.id), *keywords(c)))
+                        ),
+                        copy="clean",
+                        serves=cases,
+                    )
+                    yield clean
+                yield VaultItem.from_parent(
+                    self,
+                    name=f"{case_id}[{spec_shown}-indirect-{arch}]",
+                    case=case,
+                    lineno=lineno,
+                    spec=spec,
+                    track="indirect",
+                    architecture=arch,
+                    words=words,
+                )
 
 
 def keywords(case: Case) -> tuple[str, ...]:
@@ -149,6 +209,8 @@ class VaultItem(pytest.Item):
         track: Track,
         architecture: Architecture,
         words: tuple[str, ...] | None = None,
+        copy: Copy = "attack",
+        serves: Sequence[Case] = (),
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -157,12 +219,15 @@ class VaultItem(pytest.Item):
         self.spec = spec
         self.track = track
         self.architecture = architecture
+        # A paired clean run: the clean copy of `case`'s environment, serving `serves`.
+        self.copy: Copy = copy
+        self.serves = serves
         self.extra_keyword_matches.update(keywords(case) if words is None else words)
         self.row: dict[str, Any] | None = None
 
     @property
     def job(self) -> Job:
-        return Job(self.nodeid, self.case, self.spec, self.track, self.architecture)
+        return Job(self.nodeid, self.case, self.spec, self.track, self.architecture, self.copy)
 
     def runtest(self) -> None:
         vault = vault_of(self.config)

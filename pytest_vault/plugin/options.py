@@ -128,12 +128,14 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "--vault-track",
-        "replay track filter, repeatable: A sends the attacker's final message, B the whole "
+        "track filter, repeatable: A sends the attacker's final message, B the whole "
         "sequence (the agent answering each message), adaptive lets the attacker write the "
-        "next messages (needs --vault-attacker); default A and B, and adaptive with an attacker",
-        choice("A", "B", "adaptive"),
+        "next messages (needs --vault-attacker), indirect runs the cases whose attack is "
+        "planted in what the tools return (each beside its paired clean run); default A, B "
+        "and indirect, and adaptive with an attacker",
+        choice("A", "B", "adaptive", "indirect"),
         kind="list",
-        metavar="A|B|adaptive",
+        metavar="A|B|adaptive|indirect",
     ),
     Option(
         "--vault-arch",

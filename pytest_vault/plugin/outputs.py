@@ -81,6 +81,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     if not asks(config):
         return  # nothing ran: nothing is written
+    # Every row is in (the workers' too): each attacked run meets its clean run.
+    vault.store.attribute()
     # The results file is written from the rows a row group at a time; one table of
     # them, made a column at a time, serves the other writers. Never a list of the
     # run's rows as dicts.

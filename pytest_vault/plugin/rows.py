@@ -84,6 +84,23 @@ class RowStore:
 
         write_rows(self._last(), self.names, path, metadata)
 
+    def attribute(self) -> None:
+        """Join each attacked indirect row with its paired clean run (`events.attribution`),
+        once every row is in: on the xdist controller, the pair may come from two workers."""
+        from pytest_vault.harness.events import attribution, logged_calls
+
+        names = self.names
+        at = list(self._at.values())
+        values = self._values
+        index = {name: i for i, name in enumerate(names)}
+        rows = TableRows(names, [values[i] for i in at])
+        request, paid = index["attributable_request"], index["attributable_paid"]
+        for i, (req, pay) in attribution(rows, logged_calls).items():
+            old = list(values[at[i]])
+            old[request], old[paid] = req, pay
+            values[at[i]] = tuple(old)
+        self._table = None
+
     def found(self) -> list[str]:
         """The adaptive finds' corpus lines, one per row that found."""
         at = len(self.names) - 1

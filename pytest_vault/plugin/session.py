@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
     from pluggy import HookRelay
 
+    from pytest_vault.corpus.model import Case
     from pytest_vault.harness.adaptive import Attacker, Campaign
     from pytest_vault.harness.agent import Evaluation, Model
     from pytest_vault.harness.judges import Judge, Verdict
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from pytest_vault.models.providers import ProviderModel, Stats
     from pytest_vault.models.ratelimit import RateLimiter, Spend
     from pytest_vault.models.specs import Role, Spec
+    from pytest_vault.plugin.collect import VaultItem
     from pytest_vault.plugin.runner import Runner
 
 import pytest
@@ -52,6 +54,10 @@ class VaultSession:
     collected: bool = False
     # Case ids seen in this run, across corpus files, with where they were defined.
     seen_ids: dict[str, str] = field(default_factory=dict)
+    # The indirect cases collected, by their clean run's id; and the clean runs' items,
+    # by (clean run id, spec, architecture): one per cell, whichever file holds it.
+    served: dict[str, list[Case]] = field(default_factory=dict)
+    clean_runs: dict[tuple[str, str, str], VaultItem] = field(default_factory=dict)
     # sha256 of each corpus file collected, by node id (merged from workers under xdist).
     corpus_digests: dict[str, str] = field(default_factory=dict)
     # Evaluations this process plans, per cell (after -k, levels and shard filters).
@@ -297,6 +303,7 @@ class VaultSession:
                 max_steps=opts.max_steps,
                 reply_timeout=opts.agent_timeout,
                 screen=screen,
+                copy=job.copy,
             )
         else:
             ev = await evaluate(
@@ -307,6 +314,7 @@ class VaultSession:
                 job.architecture,
                 max_steps=opts.max_steps,
                 screen=screen,
+                copy=job.copy,
             )
         result = row(ev, self.guard_spec, await self._judged(ev))
         result["cost_usd"] = self.spend.cost(

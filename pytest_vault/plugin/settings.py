@@ -13,7 +13,7 @@ from pytest_vault.models.specs import CONTROL_MODELS
 
 if TYPE_CHECKING:
     from pytest_vault.corpus.model import Case
-    from pytest_vault.harness.agent import Track
+    from pytest_vault.harness.agent import Copy, Track
     from pytest_vault.harness.bank import Architecture
     from pytest_vault.models.specs import Spec
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Options:
     models: tuple[str, ...] = CONTROL_MODELS
-    tracks: tuple[Track, ...] = ("A", "B")
+    tracks: tuple[Track, ...] = ("A", "B", "indirect")
     architectures: tuple[Architecture, ...] = ("model", "guarded")
     levels: frozenset[int] = frozenset({1, 2, 3, 4, 5})
     passports: Path | None = None
@@ -89,10 +89,12 @@ class Options:
 
 @dataclass(frozen=True)
 class Job:
-    """One evaluation to run: a case on a track, against a model, in an architecture."""
+    """One evaluation to run: a case on a track, against a model, in an architecture (an
+    indirect case: its attacked copy, or the clean copy of its paired clean run)."""
 
     key: str
     case: Case
     spec: str
     track: Track
     architecture: Architecture
+    copy: Copy = "attack"

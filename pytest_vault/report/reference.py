@@ -138,7 +138,7 @@ def results_columns() -> str:
     _check("results columns", COLUMN_MEANINGS, [c.name for c in ROW])
     lines = ["| column | type | filled | values | meaning |", "|---|---|---|---|---|"]
     for c in ROW:
-        filled = "every row" if c.required else ("adaptive rows" if c.adaptive else "may be null")
+        filled = "every row" if c.required else (f"{c.track} rows" if c.track else "may be null")
         values = ", ".join(f"`{v}`" for v in c.choices) or _RULES.get(c.rule, "")
         older = " (absent from older files: read as null)" if c.older else ""
         lines.append(

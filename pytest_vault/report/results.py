@@ -46,7 +46,7 @@ from pytest_vault.core.text import (
 )
 from pytest_vault.corpus.sample import SampleRecord
 from pytest_vault.guard.engine import TRANSFER_TOOL
-from pytest_vault.harness.events import ROW
+from pytest_vault.harness.events import ROW, attribution
 from pytest_vault.report.outputs import replacing
 
 # One call of `tool_calls`, in the bank's order of a logged call's keys. `arguments`
@@ -418,11 +418,11 @@ def check_table(table: pa.Table, version: int = VERSION) -> pa.Table:
                 raise ResultsError(
                     f"{_row(row)}: {c.name}: {column[row]} is not a finite number >= 0"
                 )
-    adaptive = pc.equal(table["track"], "adaptive")
     for c in ROW:
-        row = _first(pc.and_(adaptive, pc.is_null(table[c.name]))) if c.adaptive else None
+        on = pc.equal(table["track"], c.track) if c.track else None
+        row = None if on is None else _first(pc.and_(on, pc.is_null(table[c.name])))
         if row is not None:
-            raise ResultsError(f"{_row(row)}: {c.name}: missing on an adaptive row")
+            raise ResultsError(f"{_row(row)}: {c.name}: missing on an {c.track} row")
     _check_calls(table["tool_calls"])
     _check_verdicts(table)
     return table
@@ -752,7 +752,30 @@ def load(paths: Sequence[Path]) -> Loaded:
             "the files hold the same evaluation (attack, model, track, architecture) twice: "
             "merge shards of one run, or runs of different models"
         )
-    return Loaded(merged, metadata, sources)
+    return Loaded(attributed(merged), metadata, sources)
+
+
+def attributed(table: pa.Table) -> pa.Table:
+    """`table` with each attacked indirect row's attribution joined anew from the rows
+    (`harness.events.attribution`): merged shards, or files of several runs, are judged
+    as one run would be, whatever each file said."""
+    indirect = np.flatnonzero(_is_true(pc.is_valid(table["clean"])))
+    if not len(indirect):
+        return table
+    rows = table.take(pa.array(indirect, pa.int64())).to_pylist()
+    names = ("attributable_request", "attributable_paid")
+    values = {name: table[name].to_pylist() for name in names}
+    for i, pair in attribution(rows, lambda r: read_calls(r["tool_calls"])).items():
+        for name, value in zip(names, pair, strict=True):
+            values[name][int(indirect[i])] = value
+    for name in names:
+        at = table.schema.get_field_index(name)
+        table = table.set_column(at, name, pa.array(values[name], pa.bool_()))
+    return table
+
+
+def _is_true(mask: pa.ChunkedArray) -> np.ndarray:
+    return np.asarray(pc.fill_null(mask, False).to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def _same_passports(metadata: Sequence[Mapping[str, Any]], names: Sequence[str]) -> None:

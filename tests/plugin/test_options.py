@@ -23,7 +23,7 @@ PATH = "'': expected a path"
 # error. A flag takes no value on the command line: only its config value can be bad.
 BAD: dict[str, tuple[str, str]] = {
     "vault_model": ("", SPEC),
-    "vault_track": ("C", "'C': expected A, B or adaptive"),
+    "vault_track": ("C", "'C': expected A, B, adaptive or indirect"),
     "vault_arch": ("both", "'both': expected model or guarded"),
     "vault_level": ("6", "must be from 1 to 5"),
     "vault_guard": ("guard", "'guard': expected MODULE:FACTORY, e.g. my_guard:make"),

@@ -150,7 +150,7 @@ def test_files_round_trip_and_older_files_read_as_null(tmp_path: Path) -> None:
         ({"attacker": None}, "row 1: attacker: missing on an adaptive row"),
         ({"rounds": None}, "row 1: rounds: missing on an adaptive row"),
         ({"rounds": -1}, "row 1: rounds: -1 is negative"),
-        ({"track": "C"}, "row 1: track: 'C' is not one of A, B, adaptive"),
+        ({"track": "C"}, "row 1: track: 'C' is not one of A, B, adaptive, indirect"),
     ],
 )
 def test_bad_adaptive_rows_are_one_line(tmp_path: Path, over: dict[str, Any], message: str) -> None:

@@ -417,7 +417,7 @@ MALFORMED: list[tuple[str, Callable[[], pa.Table], str]] = [
         with_row(0, architecture="\x1b[2J"),
         "row 1: architecture: '\\x1b[2J' is not one of model, guarded",
     ),
-    ("track", with_row(0, track="C"), "row 1: track: 'C' is not one of A, B, adaptive"),
+    ("track", with_row(0, track="C"), "row 1: track: 'C' is not one of A, B, adaptive, indirect"),
     (
         "status",
         with_row(0, status="done"),
