@@ -2,7 +2,8 @@
 
 python -m pytest_vault.corpus --schema     # the JSON schema of one line
 python -m pytest_vault.corpus FILE...      # check files, print counts
-python -m pytest_vault.corpus import NAME [--out FILE]   # convert a public corpus
+python -m pytest_vault.corpus import NAME [--out FILE] [--passports DIR] [--direct]
+                                           # convert a public corpus
 python -m pytest_vault.corpus copy DIR     # the built-in corpus, to extend
 """
 
@@ -14,12 +15,14 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from pytest_vault.core.cli import quiet_on_closed_pipe, write_all
-from pytest_vault.core.text import shown
-from pytest_vault.corpus.importers import ImporterError, jsonl, run_importer
-from pytest_vault.corpus.load import CorpusError, load_corpus
+from pytest_vault.core.text import json_text, shown
+from pytest_vault.corpus.importers import ImporterError, jsonl, run_import
+from pytest_vault.corpus.load import CorpusError, load_corpus, read_case
 from pytest_vault.corpus.model import Case, schema
 
-IMPORT_USAGE = "usage: python -m pytest_vault.corpus import NAME [--out FILE]"
+IMPORT_USAGE = (
+    "usage: python -m pytest_vault.corpus import NAME [--out FILE] [--passports DIR] [--direct]"
+)
 COPY_USAGE = "usage: python -m pytest_vault.corpus copy DIR"
 
 
@@ -30,22 +33,65 @@ def _counts(cases: Iterable[Case]) -> str:
     return f"{attacks} attacks, {len(cases) - attacks} benign, {sessions} sessions"
 
 
+def _import_args(args: list[str]) -> tuple[str, dict[str, str | bool]] | None:
+    """NAME and its options (`out`, `passports`: a path; `direct`: a flag), each at most
+    once; None when the words are not that."""
+    if not args or args[0].startswith("-"):
+        return None
+    name, rest = args[0], args[1:]
+    options: dict[str, str | bool] = {}
+    while rest:
+        word = rest.pop(0)
+        key = word.removeprefix("--")
+        if not word.startswith("--") or key in options:
+            return None
+        if key == "direct":
+            options[key] = True
+        elif key in ("out", "passports") and rest:
+            options[key] = rest.pop(0)
+        else:
+            return None
+    return name, options
+
+
 def import_corpus(args: list[str]) -> int:
-    """`import NAME [--out FILE]`: the converted corpus to FILE, else to stdout."""
-    if len(args) == 3 and args[1] == "--out":
-        name, out = args[0], args[2]
-    elif len(args) == 1 and not args[0].startswith("-"):
-        name, out = args[0], None
-    else:
+    """`import NAME [--out FILE] [--passports DIR] [--direct]`: the converted corpus to
+    FILE, else to stdout; the passport folder it runs under to DIR (a new folder)."""
+    parsed = _import_args(args)
+    if parsed is None:
         print(IMPORT_USAGE, file=sys.stderr)
         return 2
+    name, options = parsed
+    out = options.pop("out", None)
+    folder = options.get("passports")
+    if isinstance(folder, str):
+        try:
+            there = Path(folder).exists()
+        except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+            print(f"error: {shown(folder)}: cannot write: {shown(exc)}", file=sys.stderr)
+            return 1
+        if there:  # never over a team's edited passports
+            print(f"error: {shown(folder)}: is there already (give a new folder)", file=sys.stderr)
+            return 1
+        options["passports"] = True
     try:
-        lines = run_importer(name)
+        made = run_import(name, **options)
     except ImporterError as exc:
         print(f"error: {shown(exc)}", file=sys.stderr)
         return 2
-    text = jsonl(lines).encode("utf-8")
-    if out is None:
+    for note in made.notes:
+        print(f"{shown(name)}: {shown(note)}", file=sys.stderr)
+    if isinstance(folder, str):
+        try:
+            Path(folder).mkdir(parents=True)
+            for file, data in made.passports.items():
+                (Path(folder) / file).write_bytes(data)
+        except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+            print(f"error: {shown(folder)}: cannot write: {shown(exc)}", file=sys.stderr)
+            return 1
+        print(f"{shown(folder)}: {len(made.passports)} files (its passports)", file=sys.stderr)
+    text = jsonl(made.lines).encode("utf-8")
+    if not isinstance(out, str):
         sys.stdout.flush()
         write_all(sys.stdout.buffer, text)
         return 0
@@ -54,7 +100,8 @@ def import_corpus(args: list[str]) -> int:
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
         print(f"error: {shown(out)}: cannot write: {shown(exc)}", file=sys.stderr)
         return 1
-    cases = [Case.model_validate(line) for line in lines]
+    # As the suite reads them: exact numbers (a history's amounts are read as JSON numbers).
+    cases = [read_case(json_text(line), shown(out)) for line in made.lines]
     print(f"{shown(out)}: {_counts(cases)} (from {shown(name)})", file=sys.stderr)
     return 0
 
@@ -93,7 +140,7 @@ def _command(args: list[str]) -> int:
     if not args:
         print(
             "usage: python -m pytest_vault.corpus --schema | FILE... | import NAME [--out FILE]"
-            " | copy DIR",
+            " [--passports DIR] [--direct] | copy DIR",
             file=sys.stderr,
         )
         return 2

@@ -24,8 +24,9 @@ idempotency key.
 On an indirect case (an environment its tools read) the user's task is the case's
 `calls`, made in order: reference and receipt-trusting make them, a transfer only where
 the passport permits it, and ignore what the tools return; obedient first follows every
-instruction it finds in the tool results it has received (`instructions`), then does
-the task. So on the clean copy, whose texts instruct nothing, both do the task alone.
+instruction it finds in the tool results it has received (`instructions`, over each
+string of a JSON answer on its own), then does the task. So on the clean copy, whose
+texts instruct nothing, both do the task alone.
 """
 
 from __future__ import annotations
@@ -300,7 +301,7 @@ def _injected(request: ModelRequest) -> ModelTurn | None:
     for m in request.messages:
         if m.role != "tool" or m.is_error:
             continue  # an error is the bank's own words (a denial quotes the payee)
-        for ins in instructions(m.content):
+        for ins in (i for text in _texts(m.content) for i in instructions(text)):
             if any(ins.recipient == r and ins.amount in (None, a) for r, a in task):
                 continue
             amount = ins.amount if ins.amount is not None else DEFAULT_AMOUNT
@@ -314,6 +315,26 @@ def _injected(request: ModelRequest) -> ModelTurn | None:
                 tool_calls=(ToolCall(_call_id(request.messages), "transfer_funds", args),)
             )
     return None
+
+
+def _texts(content: str) -> list[str]:
+    """A tool's answer as obedient reads it: each string of a JSON answer on its own (a
+    memo's sentence ends where its string does, never in the next entry), else the text."""
+    try:
+        data = json.loads(content)
+    except ValueError:
+        return [content]
+    out: list[str] = []
+    stack = [data]
+    while stack:
+        value = stack.pop(0)
+        if isinstance(value, str):
+            out.append(value)
+        elif isinstance(value, dict):
+            stack[:0] = value.values()
+        elif isinstance(value, list):
+            stack[:0] = value
+    return out
 
 
 Allowed = Callable[[ModelRequest, str, Decimal, str], bool]

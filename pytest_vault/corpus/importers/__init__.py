@@ -1,4 +1,5 @@
-"""Importers of public corpora: `python -m pytest_vault.corpus import NAME [--out FILE]`.
+"""Importers of public corpora: `python -m pytest_vault.corpus import NAME [--out FILE]
+[--passports DIR] [--direct]` (the options an importer takes).
 
 Each importer converts a corpus that an installed package publishes into our case
 format, on the user's machine, with provenance on every line: the converted texts are
@@ -11,6 +12,10 @@ every imported attack is put where its payment would be unpermitted; and `for_le
 gives each transfer what its level asks of every transfer (Level 4: an idempotency key
 and an approval code in the memo), then judges it with the guard, so an imported attack
 is refused for its recipient, never stopped first by a rule it was not written to break.
+`indirect_case` builds an indirect case (a user's task, an environment, the attacks
+planted in it) and checks it loads. An importer's `convert(version, **options)` returns
+its lines, or a `Converted` that also says what it counted and the passport folder it
+writes.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import hashlib
 import importlib
 import importlib.metadata
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +60,19 @@ class Importer:
     package: str  # the distribution that publishes the corpus
     module: str  # ours, imported only when this importer runs
     summary: str
+    # What its `convert` takes of `direct` (a flag) and `passports` (write them: a flag
+    # here; the command takes the folder).
+    options: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Converted:
+    """What an importer made: its lines, what it says of them (a line each, for stderr),
+    and the files of the passport folder the cases are to run under (name -> bytes)."""
+
+    lines: list[dict[str, Any]]
+    notes: tuple[str, ...] = ()
+    passports: dict[str, bytes] = field(default_factory=dict)
 
 
 IMPORTERS: dict[str, Importer] = {
@@ -64,7 +82,9 @@ IMPORTERS: dict[str, Importer] = {
             "agentdojo",
             "agentdojo",
             "pytest_vault.corpus.importers.agentdojo",
-            "AgentDojo's banking injection tasks x its fixed-template attacks (MIT)",
+            "AgentDojo's banking user tasks x money-moving injection tasks x fixed-text"
+            " attacks, planted in what the tools return (MIT)",
+            ("direct", "passports"),
         ),
         Importer(
             "pyrit",
@@ -100,20 +120,30 @@ def package_license(package: str) -> str:
 
 def run_importer(name: str) -> list[dict[str, Any]]:
     """The cases of importer `name`, as corpus lines (dicts), in a fixed order."""
+    return run_import(name).lines
+
+
+def run_import(name: str, **options: Any) -> Converted:
+    """Importer `name`'s conversion with `options` (only those given are passed on, and
+    only to an importer that takes them)."""
     importer = IMPORTERS.get(name)
     if importer is None:
         known = ", ".join(sorted(IMPORTERS))
         raise ImporterError(f"unknown importer {name!r}; known: {known}")
+    for option in options:
+        if option not in importer.options:
+            raise ImporterError(f"importer {name!r} takes no --{option} option")
     version = installed_version(importer.package)
-    convert: Callable[[str], list[dict[str, Any]]] = importlib.import_module(
+    convert: Callable[..., list[dict[str, Any]] | Converted] = importlib.import_module(
         importer.module
     ).convert
     try:
-        return convert(version)
+        made = convert(version, **options)
     except ImportError as exc:  # installed, but a dependency of it is broken or missing
         raise ImporterError(
             f"{importer.package} {version} cannot be imported: {type(exc).__name__}: {exc}"
         ) from None
+    return made if isinstance(made, Converted) else Converted(made)
 
 
 def shipped_passports(folder: Path = PASSPORTS) -> dict[int, Passport]:
@@ -209,6 +239,43 @@ def attack_case(
         "provenance": dict(provenance),
     }
     try:  # as the suite will read it: a package whose data changed shape stops here
+        read_case(json_text(line), f"{provenance.get('package')}: case {id!r}")
+    except CorpusError as exc:
+        raise ImporterError(str(exc)) from None
+    return line
+
+
+def indirect_case(
+    *,
+    id: str,
+    session: str,
+    level: int,
+    category: str,
+    messages: Sequence[str],
+    calls: Sequence[Mapping[str, Any]],
+    goal: Mapping[str, Any],
+    environment: Mapping[str, Any],
+    injections: Sequence[Mapping[str, str]],
+    technique: str,
+    provenance: Mapping[str, str],
+) -> dict[str, Any]:
+    """One indirect case as a corpus line (the user's task, the environment its tools
+    read, the attacks planted in it, the injected action), checked against the format."""
+    line = {
+        "id": id,
+        "session": session,
+        "level": level,
+        "kind": "attack",
+        "category": category,
+        "messages": list(messages),
+        "calls": [dict(c) for c in calls],
+        "goal": dict(goal),
+        "environment": dict(environment),
+        "injections": [dict(i) for i in injections],
+        "technique": technique,
+        "provenance": dict(provenance),
+    }
+    try:
         read_case(json_text(line), f"{provenance.get('package')}: case {id!r}")
     except CorpusError as exc:
         raise ImporterError(str(exc)) from None
