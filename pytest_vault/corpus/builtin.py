@@ -21,6 +21,7 @@ class BuiltinError(ValueError):
 
 
 def names() -> list[str]:
+    """The built-in files' names, in the order a copy of them collects in."""
     return sorted(p.stem for p in FOLDER.glob("*.jsonl"))
 
 

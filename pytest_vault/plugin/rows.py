@@ -87,6 +87,8 @@ class RowStore:
     def attribute(self) -> None:
         """Join each attacked indirect row with its paired clean run (`events.attribution`),
         once every row is in: on the xdist controller, the pair may come from two workers."""
+        if not self._at:
+            return  # no row: a run of none of ours imports none of the harness
         from pytest_vault.harness.events import attribution, logged_calls
 
         names = self.names

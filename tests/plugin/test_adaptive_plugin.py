@@ -16,6 +16,8 @@ from pytest_vault.report.results import read_results
 pytest_plugins = ["pytester"]
 
 CASES = Path(__file__).resolve().parents[2] / "cases"
+# The direct corpus: the adaptive attacker's seeds.
+DIRECT = [str(p) for p in sorted(CASES.glob("level-*.jsonl"))]
 HEADLINE = ("--vault-level=2", "--vault-level=3", "--vault-level=4", "--vault-progress=0")
 TRUSTING = "--vault-model=scripted:receipt-trusting"
 ESCALATE = "--vault-attacker=scripted:escalate"
@@ -54,7 +56,7 @@ def found_by(rows: list[dict[str, Any]], track: str, arch: str = "model") -> set
 
 def test_the_issue_counts_the_export_and_its_replay_on_track_b(pytester: pytest.Pytester) -> None:
     run = pytester.runpytest(
-        str(CASES),
+        *DIRECT,
         *HEADLINE,
         TRUSTING,
         ESCALATE,
@@ -114,7 +116,7 @@ def test_the_issue_counts_the_export_and_its_replay_on_track_b(pytester: pytest.
 
 
 def test_adaptive_rows_never_change_the_fixed_tracks_tables(pytester: pytest.Pytester) -> None:
-    base = (str(CASES), "--vault-level=3", "--vault-progress=0", TRUSTING)
+    base = (*DIRECT, "--vault-level=3", "--vault-progress=0", TRUSTING)
     plain = pytester.runpytest(*base, "--vault-results=plain.parquet")
     both = pytester.runpytest(*base, ESCALATE, "--vault-results=both.parquet")
     plain.assert_outcomes(passed=408)

@@ -154,9 +154,13 @@ def test_the_config_file_adds_its_corpora_to_a_bare_pytest_only(
 
 def test_the_builtin_corpus_has_stable_readable_ids(pytester: pytest.Pytester) -> None:
     ids = listed(pytester, "--vault-corpus=builtin")
-    assert len(ids) == BUILTIN_CASES * PER_CASE == 452 * PER_CASE
-    assert files_of(ids) == {f"builtin/level-{n}.jsonl" for n in range(1, 6)}
-    assert ids[0] == "builtin/level-1.jsonl::L1-s01-a1[scripted:obedient-A-model]"
+    # An indirect case's items: its attacked run and its clean run, per architecture.
+    assert len(ids) == BUILTIN_CASES * PER_CASE == (452 + 130) * PER_CASE
+    assert files_of(ids) == {f"builtin/level-{n}.jsonl" for n in range(1, 6)} | {
+        "builtin/indirect.jsonl"
+    }
+    assert ids[0].startswith("builtin/indirect.jsonl::clean-")
+    assert "builtin/level-1.jsonl::L1-s01-a1[scripted:obedient-A-model]" in ids
     one = "builtin/level-2.jsonl::L2-s07-a3[scripted:obedient-B-guarded]"
     assert one in ids
     left = listed(pytester, "--vault-corpus=builtin:level-2", f"--deselect={one}")
@@ -211,10 +215,11 @@ def test_a_copy_of_the_builtin_corpus_collects_the_same_cases(
     assert corpus_main(["copy", str(pytester.path / "ours")]) == 0
     assert (
         capsys.readouterr().out
-        == f"{pytester.path / 'ours'}: 6 files, 400 attacks, 52 benign, 131 sessions\n"
+        == f"{pytester.path / 'ours'}: 7 files, 530 attacks, 52 benign, 171 sessions\n"
     )
     assert sorted(p.name for p in (pytester.path / "ours").iterdir()) == [
         "case.schema.json",
+        "indirect.jsonl",
         *(f"level-{n}.jsonl" for n in range(1, 6)),
     ]
     copied = listed(pytester, "--vault-corpus=ours")
@@ -223,7 +228,7 @@ def test_a_copy_of_the_builtin_corpus_collects_the_same_cases(
     # Never over a team's edited copy.
     assert corpus_main(["copy", str(pytester.path / "ours")]) == 1
     assert capsys.readouterr().err == (
-        f"error: {pytester.path / 'ours'}: cannot copy: level-1.jsonl is there already "
+        f"error: {pytester.path / 'ours'}: cannot copy: indirect.jsonl is there already "
         "(copy into a new folder)\n"
     )
 
@@ -241,8 +246,8 @@ def test_a_copy_of_the_builtin_corpus_collects_the_same_cases(
             ("--vault-corpus=builtin:level-6",),
             None,
             "--vault-corpus 'builtin:level-6': no such built-in corpus (builtin, "
-            "builtin:level-1, builtin:level-2, builtin:level-3, builtin:level-4, "
-            "builtin:level-5)",
+            "builtin:indirect, builtin:level-1, builtin:level-2, builtin:level-3, "
+            "builtin:level-4, builtin:level-5)",
         ),
         # Named as the config file wrote it.
         (
