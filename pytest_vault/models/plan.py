@@ -16,11 +16,11 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from pytest_vault.core.text import shown
-from pytest_vault.harness.agent import TOOLS, Message, ModelRequest, user_messages
+from pytest_vault.harness.agent import Message, ModelRequest, tools_for, user_messages
 
 if TYPE_CHECKING:
     from pytest_vault.corpus.model import Case
-    from pytest_vault.harness.agent import Track
+    from pytest_vault.harness.agent import Copy, Track
     from pytest_vault.harness.levels import Level
     from pytest_vault.models.cache import ResponseCache
     from pytest_vault.models.providers import ProviderModel
@@ -49,11 +49,13 @@ METHOD = (
 
 @dataclass(frozen=True)
 class Planned:
-    """One evaluation the run would make (its architecture does not change a request)."""
+    """One evaluation the run would make (its architecture does not change a request; nor
+    does the copy of an indirect case's environment, until a tool answers)."""
 
     case: Case
     spec: str
     track: Track
+    copy: Copy = "attack"
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,9 @@ class ModelPlan:
     cost_usd_min: float | None
     cost_usd_max: float | None
     note: str
+    # Of `evaluations`: the indirect cases' paired clean runs, one per task, environment,
+    # level and architecture.
+    clean_runs: int = 0
 
     def record(self) -> dict[str, Any]:
         return asdict(self)
@@ -88,6 +93,7 @@ def tokens(body: dict[str, Any]) -> int:
 @dataclass
 class _Counts:
     evaluations: int = 0
+    clean_runs: int = 0
     requests: int = 0
     input_est: int = 0
     input_at_bound: int = 0
@@ -121,10 +127,11 @@ def plan_run(
     # Per provider spec: each distinct first request's key and input estimate.
     firsts: dict[str, dict[str, int]] = {spec.text: {} for spec in specs}
     # Bodies repeat across tracks and architectures: estimate each once.
-    memo: dict[tuple[str, int, tuple[str, ...]], tuple[int, str | None]] = {}
+    memo: dict[tuple[str, int, bool, tuple[str, ...]], tuple[int, str | None]] = {}
     for item in planned:
         c = counts[item.spec]
         c.evaluations += 1
+        c.clean_runs += item.copy == "clean"
         adaptive = item.track == "adaptive"
         if adaptive:
             asks.evaluations += 1
@@ -141,7 +148,9 @@ def plan_run(
         c.requests += requests
         c.output += requests * level.max_tokens
         for i in range(len(texts)):
-            key = (item.spec, level.number, tuple(texts[: i + 1]))
+            # The tools too: an indirect case with documents offers one more.
+            documents = item.case.environment is not None and bool(item.case.environment.documents)
+            key = (item.spec, level.number, documents, tuple(texts[: i + 1]))
             if key not in memo:
                 memo[key] = _estimate(model, item.case, level, texts[: i + 1], first=i == 0)
             estimate, request_key = memo[key]
@@ -192,12 +201,13 @@ def _estimate(
 
     if isinstance(model, str):
         # No client to build the body with: sized as system prompt, tools and messages.
-        return tokens({"system": level.system_prompt, "tools": TOOLS, "messages": texts}), None
+        tools = tools_for(case)
+        return tokens({"system": level.system_prompt, "tools": tools, "messages": texts}), None
     # Exactly the request evaluate() makes for this user message's first step.
     request = ModelRequest(
         system=level.system_prompt,
         messages=tuple(Message("user", text) for text in texts),
-        tools=TOOLS,
+        tools=tools_for(case),
         temperature=level.temperature,
         max_tokens=level.max_tokens,
         case=case,
@@ -217,14 +227,16 @@ def _plan(
 ) -> ModelPlan:
     spec = claimed.text
     if claimed.offline:
-        return ModelPlan(spec, c.evaluations, 0, 0, 0, 0, 0, 0, 0.0, 0.0, "control: no request")
+        return ModelPlan(
+            spec, c.evaluations, 0, 0, 0, 0, 0, 0, 0.0, 0.0, "control: no request", c.clean_runs
+        )
     if model is None:
         unknown = (
             "agent: requests unknown (your agent calls its model itself)"
             if claimed.agent is not None
             else "requests unknown (a plugin's model asks on its own)"
         )
-        return ModelPlan(spec, c.evaluations, *(None,) * 8, unknown)
+        return ModelPlan(spec, c.evaluations, *(None,) * 8, unknown, c.clean_runs)
     note = ""
     hits: set[str] = set()
     if isinstance(model, str):
@@ -253,6 +265,7 @@ def _plan(
         low,
         high,
         note,
+        c.clean_runs,
     )
 
 
@@ -341,8 +354,18 @@ def render(plans: Sequence[ModelPlan]) -> list[str]:
         for row in [header, *rows]
     ]
     method = [f"  {line}" for line in METHOD]
+    clean = sum(p.clean_runs for p in plans)
+    pairs = (
+        [
+            f"of which {clean:,} are paired clean runs of indirect cases (one per task, "
+            "environment, model, level and architecture)"
+        ]
+        if clean
+        else []
+    )
     return [
         *lines,
+        *pairs,
         "method (+? marks what is not known before the run):",
         *method,
         "nothing was asked: no provider was contacted, no test ran",

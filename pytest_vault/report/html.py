@@ -203,6 +203,32 @@ def figures(result: Mapping[str, Table]) -> list[str]:
                 {"model alone": "#8da0cb", "guarded": "#fc8d62"},
             )
         )
+    placed = [r for r in result.get("indirect_by_placement", []) if r["architecture"] == "model"]
+    for key, name in (("placement", "placement"), ("style", "attack style")):
+        sums: dict[str, list[int]] = {}
+        for r in placed:
+            total = sums.setdefault(r[key], [0, 0, 0, 0])
+            for i, k in enumerate(("attacked_took", "attacked", "clean_took", "clean")):
+                total[i] += r[k]
+        if sums:
+            groups = [
+                (
+                    label,
+                    [
+                        ("attacked copy", took / n if n else None, "#e41a1c"),
+                        ("clean copy", clean / m if m else None, "#4daf4a"),
+                    ],
+                )
+                for label, (took, n, clean, m) in sorted(sums.items())
+            ]
+            out.append(
+                _bars(
+                    groups,
+                    f"Indirect: the injected action asked for, attacked against clean, by {name} "
+                    "(model alone)",
+                    {"attacked copy": "#e41a1c", "clean copy": "#4daf4a"},
+                )
+            )
     agreement = result.get("judge_agreement", [])
     if agreement:
         kappas: dict[str, list[tuple[str, float | None]]] = {}

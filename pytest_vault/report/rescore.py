@@ -34,7 +34,10 @@ What a re-scored row holds (the other columns stay as recorded):
   the same calls execute, still true when only more execute, still false when only
   fewer do, and null (unknown without the corpus) when some start and others stop;
 * the call log carries the new decisions (`decision`, `permitted`, and in guarded rows
-  `executed` and `audit`); each call's `result` stays what the model was told.
+  `executed` and `audit`); each call's `result` stays what the model was told;
+* indirect rows: their attribution is joined anew from the new logs (a guarded attacked
+  run's injected action may execute now, or no longer), so their logs always carry the
+  new decisions, with `--out` or not.
 
 A flip is a call whose decision changes: its `allow`, or its reason codes. For a
 model-alone row the old decision is the recorded "what the guard would have decided".
@@ -86,7 +89,7 @@ from pytest_vault.harness.bank import PASSPORT_TOOLS
 from pytest_vault.harness.controls import reads_passport
 from pytest_vault.harness.levels import Level, passport_record
 from pytest_vault.report.formats import render_text
-from pytest_vault.report.results import CALL, CALLS, scrubbed
+from pytest_vault.report.results import CALL, CALLS, attributed, scrubbed
 from pytest_vault.report.tables import Analysis, Bootstrap, merged_metadata
 
 NOTE = (
@@ -374,6 +377,8 @@ def rescore(
     offsets = (bounds - bounds[0]).tolist() if len(bounds) else [0]
     level_of = table["level"].to_numpy().astype(np.int64).tolist()
     guarded_rows = _guarded(table)
+    # Indirect rows: attribution reads the logs, so theirs are always made anew.
+    indirect = np.asarray(pc.is_valid(table["clean"]).to_numpy(zero_copy_only=False), dtype=bool)
     # Rows with the same calls at one level and architecture are judged once (each row
     # its own with `logs`: the log written back holds all of it): `done` holds each
     # outcome once, `of_row` which one each row has.
@@ -381,14 +386,16 @@ def rescore(
     done: list[_Outcome] = []
     guarded_done: list[bool] = []
     of_row = np.empty(table.num_rows, np.int64)
-    rows = zip(level_of, guarded_rows.tolist(), itertools.pairwise(offsets), strict=True)
-    for r, (level, guarded, (first, last)) in enumerate(rows):
+    rows = zip(
+        level_of, guarded_rows.tolist(), indirect.tolist(), itertools.pairwise(offsets), strict=True
+    )
+    for r, (level, guarded, planted, (first, last)) in enumerate(rows):
         same = (level, guarded, tuple(ids[first:last]))
-        index = None if logs else seen.get(same)
+        index = None if logs or planted else seen.get(same)
         if index is None:
             index = seen[same] = len(done)
             calls = [distinct[i] for i in same[2]]
-            whole = logged[r].as_py() if logs else None
+            whole = logged[r].as_py() if logs or planted else None
             done.append(rescore_log(calls, guarded, judges[level], log=whole))
             guarded_done.append(guarded)
         of_row[r] = index
@@ -429,10 +436,13 @@ def rescore(
     new["guard"] = pa.array(["oap" if g else None for g in guarded_rows.tolist()], pa.string())
     if logs:
         new["tool_calls"] = pa.array([o.log for o in done], CALLS).take(pick_rows)
+    elif indirect.any():
+        made = pa.array([o.log for o in done], CALLS).take(pick_rows)
+        new["tool_calls"] = pc.if_else(pa.array(indirect), made, table["tool_calls"])
     for name, values in new.items():
         table = table.set_column(table.schema.get_field_index(name), name, values)
     return Rescored(
-        table,
+        attributed(table),
         _flips(table, of_row, done),
         int(column(lambda o: o.calls, int).sum()),
         column(lambda o: o.reads_passport),
@@ -559,7 +569,12 @@ def result(
     bootstrap: Bootstrap,
 ) -> dict[str, Any]:
     """The JSON object: labelled counterfactual, the passports, stages and flips."""
-    stages = Analysis(rescored.table, metadata, bootstrap).stages()
+    analysis = Analysis(rescored.table, metadata, bootstrap)
+    indirect = None
+    if analysis.indirect_rows.num_rows:
+        from pytest_vault.report.indirect import dgf, rows_of
+
+        indirect = dgf(rows_of(analysis.indirect_rows), bootstrap)
     return {
         "counterfactual": True,
         "note": NOTE,
@@ -569,7 +584,8 @@ def result(
         "recorded_passports": [m.get("passports") for m in metadata],
         "evaluations": rescored.table.num_rows,
         "calls": rescored.calls,
-        "stages": stages,
+        "stages": analysis.stages(),
+        **({} if indirect is None else {"indirect": indirect}),
         "flips": rescored.flips,
     }
 
@@ -648,6 +664,8 @@ def render(out: Mapping[str, Any], *, most: int = 20) -> str:
         lines.append(f"  level {key}: {shown(entry['file'])} {entry['sha256'][:19]}… ({change})")
     lines.append("")
     lines.append(render_text({STAGES_TITLE: out["stages"]}).rstrip("\n"))
+    if "indirect" in out:
+        lines += ["", render_text({"indirect": out["indirect"]}).rstrip("\n")]
     widen = sum(f["widening"] for f in flips)
     newly_allowed = sum(f["new_allow"] and not f["old_allow"] for f in flips)
     newly_denied = sum(f["old_allow"] and not f["new_allow"] for f in flips)

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from pytest_vault.corpus.model import Case
 from pytest_vault.report.results import read_results
 
 from .test_plugin import REPLAY, line, pay
@@ -290,3 +291,74 @@ def test_a_level_1_goal_must_be_over_its_cap(pytester: pytest.Pytester) -> None:
             "*attacks.jsonl:2: goal.recipient: Level 1's passport permits 'evil@x.test' and its amount*"
         ]
     )
+
+
+def test_the_plan_counts_one_clean_run_per_task_environment_model_level_and_architecture(
+    pytester: pytest.Pytester, corpus: None
+) -> None:
+    result = pytester.runpytest(OBEDIENT, REFERENCE, *QUIET, "--vault-plan=json")
+    plans = {p["model"]: p for p in json.loads(result.stdout.str())}
+    # Per model: 2 direct runs (A, B) x 2 architectures, 3 attacks x 2 architectures, and
+    # 2 distinct tasks and environments x 2 architectures.
+    assert {m: (p["evaluations"], p["clean_runs"]) for m, p in plans.items()} == {
+        "scripted:obedient": (4 + 6 + 4, 4),
+        "scripted:reference": (4 + 6 + 4, 4),
+    }
+    text = pytester.runpytest(OBEDIENT, REFERENCE, *QUIET, "--vault-plan")
+    text.stdout.fnmatch_lines(["of which 8 are paired clean runs of indirect cases (one per *)"])
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_a_sample_is_stratified_by_track_and_keeps_each_attack_with_its_clean_run(
+    pytester: pytest.Pytester, corpus: None, seed: int
+) -> None:
+    # Four attacks: one direct, three indirect in three strata (styles); two kept.
+    result = pytester.runpytest(
+        OBEDIENT,
+        *QUIET,
+        "--vault-sample=2",
+        f"--vault-seed={seed}",
+        "--vault-arch=model",
+        "--collect-only",
+        "-q",
+    )
+    kept = [x.partition("[")[0] for x in ids(result)]
+    attacks = {x for x in kept if not x.startswith("clean-")}
+    assert len(attacks) == 2  # four strata, two seats: one case each
+    # Exactly the clean runs of the indirect attacks kept: none alone, none missing.
+    cases = {
+        c["id"]: Case.model_validate_json(x) for x in CORPUS.splitlines() if (c := json.loads(x))
+    }
+    assert sorted(x for x in kept if x.startswith("clean-")) == sorted(
+        {cases[a].clean_id() for a in attacks if cases[a].indirect}
+    )
+
+
+@pytest.mark.slow
+def test_the_same_rows_serially_with_two_workers_and_merged_from_shards(
+    pytester: pytest.Pytester, corpus: None
+) -> None:
+    """The pair of a clean run and its attacks may run on two workers; a shard keeps them
+    together, and a merge of shards joins them again: the same rows every way."""
+    from pytest_vault.report.results import load
+
+    args = (OBEDIENT, REFERENCE, *QUIET, "--vault-track=indirect")
+
+    def rows(*paths: str) -> list[tuple[Any, ...]]:
+        table = load([pytester.path / p for p in paths]).table
+        keep = ("attack_id", "model", "architecture", "clean", "pair", "observed", "paid")
+        keep += ATTRIBUTED
+        return sorted(tuple(r[k] for k in keep) for r in table.to_pylist())
+
+    pytester.runpytest(*args, "--vault-results=serial.parquet").assert_outcomes(passed=20)
+    pytester.runpytest_subprocess(*args, "-n", "2", "--vault-results=two.parquet")
+    for k in (1, 2):
+        shard = pytester.runpytest(*args, f"--vault-shard={k}/2", f"--vault-results=s{k}.parquet")
+        assert shard.ret == 0
+    serial = rows("serial.parquet")
+    assert len(serial) == 20 and rows("two.parquet") == serial
+    assert rows("s1.parquet", "s2.parquet") == serial
+    # Each shard holds whole pairs: its own rows attribute as the whole run does.
+    whole = {r[:3]: r for r in serial}
+    for k in (1, 2):
+        assert all(whole[r[:3]] == r for r in rows(f"s{k}.parquet"))
