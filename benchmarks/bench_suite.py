@@ -5,6 +5,9 @@
 Both run in the same session as subprocesses, each at a small and a large size; the
 cost per test is the slope between the two, so start-up (interpreter, plugins,
 passports) is reported apart. Target (issue 3): vault slope <= 1.5x the bare slope.
+Indirect cases (issue 28) per test, next to the direct ones: each case's attacked run
+and its paired clean run, per control and architecture, against a direct case's tracks A
+and B; target <= 1.2x.
 Also reported: the example `agent:` specs per test, next to the built-in controls, each
 scripted like `scripted:obedient`: plain Python (a sync agent in the thread pool), and
 pydantic-ai and the OpenAI Agents SDK through our adapters (skipped when not installed).
@@ -34,18 +37,21 @@ AGENT_PER_CASE = 2 * 2  # one agent spec x tracks x architectures
 COMMON = ["-q", "-p", "no:cacheprovider", "-p", "no:randomly"]
 
 
-def corpus(cases: int, folder: Path) -> Path:
-    """`cases` lines drawn round-robin from the shipped corpus, with fresh ids."""
+def corpus(cases: int, folder: Path, kind: str = "level-*") -> Path:
+    """`cases` lines drawn round-robin from the shipped corpus files `kind`, with fresh
+    ids (and, for an indirect case, a task of its own: one clean run each, as shipped)."""
     source = [
         json.loads(x)
-        for f in sorted((ROOT / "cases").glob("*.jsonl"))
+        for f in sorted((ROOT / "cases").glob(f"{kind}.jsonl"))
         for x in f.read_text().splitlines()
     ]
-    path = folder / f"corpus_{cases}.jsonl"
+    path = folder / f"corpus_{kind.strip('*-')}_{cases}.jsonl"
     with path.open("w") as out:
         for i in range(cases):
             line = dict(source[(i * 37) % len(source)])
             line["id"] = f"bench-{i:05d}"
+            if "environment" in line:
+                line["messages"] = [*line["messages"][:-1], f"{line['messages'][-1]} (#{i})"]
             out.write(json.dumps(line) + "\n")
     return path
 
@@ -92,6 +98,7 @@ def main() -> None:
         points = {}
         for name, make in (
             ("vault", lambda n: [str(corpus(n // PER_CASE, folder))]),
+            ("indirect", lambda n: [str(corpus(n // PER_CASE, folder, "indirect"))]),
             ("bare", lambda n: [str(bare(n, folder))]),
         ):
             for n in (n_small, n_large):
@@ -117,6 +124,13 @@ def main() -> None:
             )
         print(
             f"ratio vault / bare, per test: {slopes['vault'] / slopes['bare']:.2f}x (target: <= 1.5x)"
+        )
+        small, large = points["indirect", n_small], points["indirect", n_large]
+        slope = (large - small) / (n_large - n_small)
+        print(
+            f"indirect: {small:6.2f} s / {large:6.2f} s -> {1e3 * slope:.3f} ms per test "
+            f"(attacked and clean runs); ratio indirect / direct, per test: "
+            f"{slope / slopes['vault']:.2f}x (target: <= 1.2x)"
         )
         for agent in agents:
             small, large = (points[agent, n] for n in agent_sizes)

@@ -26,7 +26,10 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "team"
 TEAM_TESTS = 10  # tests/test_payments.py's, parametrized cases included
-# The built-in corpus: 452 cases x tracks A and B x architectures model and guarded.
+# The built-in corpus: 452 direct cases x tracks A and B x architectures model and guarded
+# (the summary's first line), and 130 indirect cases x architectures, each attacked run
+# beside its paired clean run.
+EVALUATIONS = 452 * 4 + 130 * 2 * 2
 SUMMARY = (
     "1808 evaluations: 1600 of attacks, 208 of benign requests; "
     "0 errors and 0 not run (kept out of every rate)"
@@ -152,8 +155,8 @@ def test_a_bare_pytest_runs_the_teams_tests_and_the_builtin_corpus(
     ours = [(o, n) for o, n in results if n.startswith("tests/test_payments.py::")]
     corpus = [(o, n) for o, n in results if n.startswith("builtin/")]
     assert len(ours) == TEAM_TESTS and {o for o, _ in ours} == {"PASSED"}
-    assert len(corpus) == 1808 and {o for o, _ in corpus} == {"PASSED"}
-    assert len(results) == TEAM_TESTS + 1808  # nothing else: the fixtures are not cases
+    assert len(corpus) == EVALUATIONS and {o for o, _ in corpus} == {"PASSED"}
+    assert len(results) == TEAM_TESTS + EVALUATIONS  # nothing else: the fixtures are not cases
     assert "fixtures/" not in done.stdout
     assert "builtin/level-2.jsonl::L2-s07-a3[agent:teamapp.agent:make-B-guarded]" in {
         n for _, n in corpus

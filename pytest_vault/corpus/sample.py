@@ -14,6 +14,7 @@ of file order or Python's hash.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
@@ -77,6 +78,8 @@ def allocate(sizes: Mapping[Stratum, int], n: int) -> dict[Stratum, int]:
 def _exact(value: object) -> str:
     if isinstance(value, Decimal):  # the strict reader keeps numbers exact
         return str(value)
+    if isinstance(value, dt.date):  # an indirect case's history entry, as it is written
+        return value.isoformat()
     raise TypeError(f"not JSON: {type(value).__name__}")
 
 
