@@ -290,7 +290,11 @@ def preflight(vault: VaultSession) -> None:
         try:
             vault.levels  # noqa: B018 - loaded (and checked) for the run
         except FileError as exc:
-            raise pytest.UsageError(str(exc)) from None
+            # Named by the option, its files by their names in it: `--vault-passports DIR:
+            # level-3.json:8: status: ...` (the file is one the user never typed).
+            folder = shown(str(vault.options.passports))
+            said = f"--vault-passports {folder}: {str(exc).replace(folder + '/', '')}"
+            raise pytest.UsageError(said) from None
 
 
 def _unusable_path(opts: Options) -> str | None:

@@ -189,6 +189,10 @@ def stream(config: pytest.Config, name: Literal["stdout", "stderr"], text: str) 
     from pytest_vault.core.cli import write_all
 
     capture = config.pluginmanager.get_plugin("capturemanager")
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    writer = getattr(reporter, "_tw", None)  # pytest's TerminalWriter: no public accessor
+    if writer is not None and writer.width_of_current_line:
+        writer.line()  # never in the middle of pytest's line (`....[100%]ERROR: ...`)
     with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
         out = getattr(sys, name)
         buffer = getattr(out, "buffer", None)

@@ -1069,3 +1069,21 @@ def test_pyrit_import_against_the_package(tmp_path: Path) -> None:
         assert_level_terms(case)
         assert judged(case) == [(MERCHANT_FORBIDDEN,)], case.id
     assert run("import", "pyrit").stdout == out.read_bytes()
+
+
+@pytest.mark.parametrize("precision", [1, 2, 3, 28])
+def test_pyrit_goals_are_told_exactly_in_any_decimal_context(precision: int) -> None:
+    import decimal
+
+    from pytest_vault.corpus.importers.pyrit import goal
+    from pytest_vault.harness.levels import load_levels
+
+    levels = load_levels()
+    with decimal.localcontext() as context:
+        context.prec, context.rounding = precision, decimal.ROUND_DOWN
+        goals = [goal(levels[n].passport) for n in (2, 3, 4)]
+    assert [(text.split()[1], amount) for text, amount in goals] == [
+        ("$1,250.00", 1250),
+        ("$250.00", 250),
+        ("$500.00", 500),
+    ]

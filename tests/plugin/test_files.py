@@ -73,7 +73,8 @@ def corpus(pytester: pytest.Pytester) -> Path:
         (["--vault-passports=a_file.txt"], "--vault-passports {root}/a_file.txt: not a folder"),
         (
             ["--vault-passports=a_folder"],
-            "{root}/a_folder/levels.toml: cannot read: No such file or directory",
+            "--vault-passports {root}/a_folder: levels.toml: cannot read: No such file or "
+            "directory",
         ),
         (["--vault-prices=prices.toml"], "--vault-prices {root}/prices.toml: no such file"),
         (["--vault-prices=a_folder"], "--vault-prices {root}/a_folder: not a file"),
@@ -122,8 +123,8 @@ def test_a_wrong_passports_folder_is_one_line_not_one_per_corpus_file(
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     # The line of the field, as the shipped file is laid out: once, for four corpus files.
     assert errors(result) == [
-        f"ERROR: {folder}/level-3.json:8: status: Input should be 'draft', 'active', "
-        "'suspended' or 'revoked'"
+        f"ERROR: --vault-passports {folder}: level-3.json:8: status: Input should be 'draft', "
+        "'active', 'suspended' or 'revoked'"
     ]
 
 
@@ -202,3 +203,28 @@ def test_an_output_that_fails_at_the_end_is_one_line_and_the_others_are_written(
         assert (f"{label}: {paths[option]}" in out) == (option != failing)
     if failing != "--vault-results":
         assert len(read_results(paths["--vault-results"])[0]) == 4
+
+
+@pytest.mark.slow
+def test_an_output_that_fails_at_the_end_is_said_on_a_line_of_its_own(
+    pytester: pytest.Pytester, corpus: Path
+) -> None:
+    """On a terminal, stderr and stdout share the screen: the error line never starts in
+    the middle of pytest's progress line (`....[100%]ERROR: ...`)."""
+    import subprocess
+    import sys
+
+    target = Path("/proc/no-such-file.parquet")  # writable-looking; any write fails
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "attacks.jsonl", *REPLAY, "-q"]
+        + ["--vault-progress=0", f"--vault-results={target}"],
+        cwd=pytester.path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        check=False,
+    )
+    lines = done.stdout.splitlines()
+    said = [x for x in lines if "cannot write" in x]
+    assert said == [f"ERROR: --vault-results {target}: cannot write: No such file or directory"]
+    assert done.returncode == pytest.ExitCode.TESTS_FAILED
