@@ -215,9 +215,9 @@ def test_an_output_that_fails_at_the_end_is_said_on_a_line_of_its_own(
     import sys
 
     target = Path("/proc/no-such-file.parquet")  # writable-looking; any write fails
+    args = ["attacks.jsonl", *REPLAY, "-q", "--vault-progress=0", f"--vault-results={target}"]
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "attacks.jsonl", *REPLAY, "-q"]
-        + ["--vault-progress=0", f"--vault-results={target}"],
+        [sys.executable, "-m", "pytest", *args],
         cwd=pytester.path,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
