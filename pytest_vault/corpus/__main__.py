@@ -1,7 +1,8 @@
 """Check corpus files from the command line.
 
 python -m pytest_vault.corpus --schema     # the JSON schema of one line
-python -m pytest_vault.corpus FILE...      # check files, print counts
+python -m pytest_vault.corpus FILE... [--passports DIR]
+                                           # check files, print counts
 python -m pytest_vault.corpus import NAME [--out FILE] [--passports DIR] [--direct]
                                            # convert a public corpus
 python -m pytest_vault.corpus copy DIR     # the built-in corpus, to extend
@@ -15,10 +16,12 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from pytest_vault.core.cli import quiet_on_closed_pipe, write_all
+from pytest_vault.core.errors import FileError
 from pytest_vault.core.text import json_text, shown
 from pytest_vault.corpus.importers import ImporterError, jsonl, run_import
 from pytest_vault.corpus.load import CorpusError, load_corpus, read_case
 from pytest_vault.corpus.model import Case, schema
+from pytest_vault.guard.passport import Passport
 
 IMPORT_USAGE = (
     "usage: python -m pytest_vault.corpus import NAME [--out FILE] [--passports DIR] [--direct]"
@@ -129,6 +132,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     return quiet_on_closed_pipe(lambda: _command(args))
 
 
+def _passports(folder: Path | None) -> dict[int, Passport]:
+    """Each level's passport, from `folder` (else the shipped ones): an indirect case's
+    goal must be one its level forbids, as at collection."""
+    from pytest_vault.guard.folder import SHIPPED, passport_files
+    from pytest_vault.guard.passport import load_passport
+
+    files = passport_files(folder or SHIPPED)
+    return {level: load_passport(path) for level, path in files.items()}
+
+
 def _command(args: list[str]) -> int:
     if args[:1] == ["import"]:
         return import_corpus(args[1:])
@@ -139,16 +152,31 @@ def _command(args: list[str]) -> int:
         return 0
     if not args:
         print(
-            "usage: python -m pytest_vault.corpus --schema | FILE... | import NAME [--out FILE]"
+            "usage: python -m pytest_vault.corpus --schema | FILE... [--passports DIR]"
+            " | import NAME [--out FILE]"
             " [--passports DIR] [--direct] | copy DIR",
             file=sys.stderr,
         )
+        return 2
+    folder: Path | None = None
+    if "--passports" in args:  # whose levels judge the indirect cases' goals
+        at = args.index("--passports")
+        if at + 1 >= len(args):
+            print("error: --passports needs a folder", file=sys.stderr)
+            return 2
+        folder = Path(args[at + 1])
+        args = args[:at] + args[at + 2 :]
+    try:
+        passports = _passports(folder)
+    except FileError as exc:
+        print(f"error: --passports {shown(str(folder))}: {exc}", file=sys.stderr)
         return 2
     seen: dict[str, str] = {}
     status = 0
     for name in args:
         try:
-            print(f"{shown(name)}: {_counts(case for _, case in load_corpus(name, seen))}")
+            cases = load_corpus(name, seen, passports)
+            print(f"{shown(name)}: {_counts(case for _, case in cases)}")
         except CorpusError as exc:
             for problem in exc.problems:  # every bad line, each its own error
                 print(f"error: {problem}", file=sys.stderr)
