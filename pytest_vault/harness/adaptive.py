@@ -135,6 +135,8 @@ class View:
     sent: tuple[str, ...]
     replies: tuple[str, ...]
     policy: Policy | None
+    # The evaluation's trial: a provider attacker asks anew in each.
+    trial: int = 1
 
 
 @dataclass(frozen=True)
@@ -264,6 +266,7 @@ async def campaign(
     *,
     rounds: int,
     sees_policy: bool,
+    trial: int = 1,
 ) -> None:
     """Drive one adaptive evaluation. `turn(text)` sends one user message to the agent
     and returns its text reply; `outcome` is filled as it goes, so that what was sent
@@ -275,7 +278,17 @@ async def campaign(
     for number in range(1, rounds + 1):
         if number > 1:
             move = await attacker.next_message(
-                View(case, level, goal, number, rounds, tuple(outcome.sent), tuple(replies), policy)
+                View(
+                    case,
+                    level,
+                    goal,
+                    number,
+                    rounds,
+                    tuple(outcome.sent),
+                    tuple(replies),
+                    policy,
+                    trial,
+                )
             )
             if not move.text.strip():
                 raise ValueError(f"{attacker.spec}: the attacker wrote an empty message")
@@ -295,7 +308,7 @@ class Campaign:
     sees_policy: bool = False
 
 
-def _driver(case: Case, level: Level, plan: Campaign, outcome: Outcome) -> Driver:
+def _driver(case: Case, level: Level, plan: Campaign, outcome: Outcome, trial: int) -> Driver:
     async def drive(bank: Bank, send: Callable[[str], Awaitable[str]]) -> None:
         await campaign(
             case,
@@ -306,6 +319,7 @@ def _driver(case: Case, level: Level, plan: Campaign, outcome: Outcome) -> Drive
             outcome,
             rounds=plan.rounds,
             sees_policy=plan.sees_policy,
+            trial=trial,
         )
 
     return drive
@@ -328,6 +342,7 @@ async def evaluate_adaptive(
     *,
     max_steps: int = DEFAULT_MAX_STEPS,
     screen: Callable[[], Screen] | None = None,
+    trial: int = 1,
 ) -> Evaluation:
     """One adaptive evaluation of a model (a control or a provider's)."""
     outcome = Outcome([], [])
@@ -339,7 +354,8 @@ async def evaluate_adaptive(
         architecture,
         max_steps=max_steps,
         screen=screen,
-        driver=_driver(case, level, plan, outcome),
+        driver=_driver(case, level, plan, outcome, trial),
+        trial=trial,
     )
     return _record(ev, plan, outcome)
 
@@ -356,6 +372,7 @@ async def evaluate_agent_adaptive(
     max_steps: int,
     reply_timeout: float | None = None,
     screen: Callable[[], Screen] | None = None,
+    trial: int = 1,
 ) -> Evaluation:
     """One adaptive evaluation of a team's agent: the attacker's loop drives its `reply`."""
     from pytest_vault.harness.yours import evaluate_agent
@@ -372,7 +389,8 @@ async def evaluate_agent_adaptive(
         max_steps=max_steps,
         reply_timeout=reply_timeout,
         screen=screen,
-        driver=_driver(case, level, plan, outcome),
+        driver=_driver(case, level, plan, outcome, trial),
+        trial=trial,
     )
     return _record(ev, plan, outcome)
 

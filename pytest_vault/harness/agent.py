@@ -70,6 +70,9 @@ class ModelRequest:
     # For the deterministic control models only; a real provider never reads these.
     case: Case
     level: Level
+    # Which of the evaluation's independent trials (`--vault-trials`) this request is of:
+    # a provider keys trial k > 1 apart from trial 1, so each is asked on its own.
+    trial: int = 1
 
 
 class Model(Protocol):
@@ -160,6 +163,7 @@ class Evaluation:
     # An indirect case's environment as its tools read it: attacked, or the clean copy of
     # its paired clean run.
     copy: Copy = "attack"
+    trial: int = 1
     log: list[CallRecord] = field(default_factory=list)
     transcript: list[Message] = field(default_factory=list)
     steps: int = 0
@@ -213,12 +217,13 @@ async def evaluate(
     screen: Callable[[], Screen] | None = None,
     driver: Driver | None = None,
     copy: Copy = "attack",
+    trial: int = 1,
 ) -> Evaluation:
     """`screen`, guarded only: makes this evaluation's team guard (`--vault-guard`).
     `driver`: the adaptive track's attacker loop, instead of the track's messages.
     `copy`: an indirect case's environment as the tools read it (its attacked copy, or
-    its clean one for the paired clean run)."""
-    ev = Evaluation(case, level, model.spec, track, architecture, copy)
+    its clean one for the paired clean run). `trial`: which of its independent trials."""
+    ev = Evaluation(case, level, model.spec, track, architecture, copy, trial)
     bound = len(case.calls) + 1 if model.ignores_step_bound else max_steps
     conversation: list[Message] = []
     tools = tools_for(case)
@@ -242,6 +247,7 @@ async def evaluate(
                         max_tokens=level.max_tokens,
                         case=case,
                         level=level,
+                        trial=trial,
                     )
                 )
                 ev.steps += 1

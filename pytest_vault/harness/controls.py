@@ -16,6 +16,10 @@ each behaves in a known way, so the suite's counts are known in advance.
 - `scripted:refuser` never calls a tool.
 - `scripted:replay` emits the case's `calls` exactly as written, in order, one per
   step, then stops; the step bound never cuts it short.
+- `scripted:coin:P` is the stochastic one, for trials (`--vault-trials`): in each trial
+  of an evaluation it is obedient with probability P, else reference, by a toss that is
+  a function of the seed (`--vault-seed`), the case and the trial alone, so its expected
+  results are known, and the same on every run, worker and shard.
 
 All read the request from the latest user message; memo is the message's first
 `APC-YYYY-NNNN` code (if any), currency is USD, and each turn uses its own
@@ -40,6 +44,7 @@ from typing import Any
 
 from pytest_vault.guard.engine import APPROVAL_CODE, permits_recipient
 from pytest_vault.harness.agent import Message, ModelRequest, ModelTurn, ToolCall
+from pytest_vault.harness.coin import coin_chance, toss
 
 DEFAULT_AMOUNT = Decimal(100)
 # A pasted verification receipt, in any of the shapes attackers use
@@ -399,6 +404,27 @@ class Replay(_Scripted):
         return ModelTurn(tool_calls=(ToolCall(f"call_{done + 1}", call.name, call.arguments),))
 
 
+class Coin(_Scripted):
+    """`scripted:coin:P`: obedient in a trial with probability P, else reference."""
+
+    reads_passport = True  # reference, when the coin says so
+
+    def __init__(self, spec: str, seed: int = 0) -> None:
+        super().__init__(spec)
+        chance = coin_chance(spec)
+        assert chance is not None, spec
+        self.chance, self.seed = chance, seed
+        self._obedient, self._reference = Obedient(spec), Reference(spec)
+
+    def obeys(self, case_id: str, trial: int) -> bool:
+        """Whether it obeys in this trial: the trial's toss is below P."""
+        return toss(self.seed, case_id, trial) < self.chance
+
+    async def respond(self, request: ModelRequest) -> ModelTurn:
+        which = self._obedient if self.obeys(request.case.id, request.trial) else self._reference
+        return await which.respond(request)
+
+
 CONTROLS: dict[str, type[_Scripted]] = {
     "scripted:reference": Reference,
     "scripted:obedient": Obedient,
@@ -408,9 +434,18 @@ CONTROLS: dict[str, type[_Scripted]] = {
 }
 
 
+def control(spec: str, seed: int = 0) -> _Scripted:
+    """The control named `spec` (a `scripted:coin:P` tosses from `seed`)."""
+    if coin_chance(spec) is not None:
+        return Coin(spec, seed)
+    return CONTROLS[spec](spec)
+
+
 def reads_passport(spec: str) -> bool:
     """Whether the control named `spec` decides from the level's passport (False for
     specs that are not controls: they see the passport only through the prompt and the
     tools' answers)."""
-    control = CONTROLS.get(spec)
-    return control is not None and control.reads_passport
+    if coin_chance(spec) is not None:
+        return Coin.reads_passport
+    model = CONTROLS.get(spec)
+    return model is not None and model.reads_passport

@@ -225,8 +225,12 @@ class AgentContext:
         bank: Bank,
         max_steps: int,
         tools: tuple[dict[str, Any], ...] = TOOLS,
+        trial: int = 1,
     ) -> None:
         self.level: int = level.number
+        # Which of the evaluation's independent trials this is (`--vault-trials`): an agent
+        # that caches its model's answers keys trial k > 1 apart, as our providers do.
+        self.trial: int = trial
         self.system_prompt: str = level.system_prompt
         # OpenAI function-tool form; a copy each, so an agent may edit its own. An
         # indirect case with documents adds `read_document`.
@@ -328,17 +332,19 @@ async def evaluate_agent(
     screen: Callable[[], Screen] | None = None,
     driver: Driver | None = None,
     copy: Copy = "attack",
+    trial: int = 1,
 ) -> Evaluation:
     """One evaluation of a team's agent; the same row shape as `agent.evaluate`.
     `driver` decides the user messages (the adaptive attacker); else the track's.
-    `copy`: which copy of an indirect case's environment the tools read."""
-    ev = Evaluation(case, level, spec, track, architecture, copy)
+    `copy`: which copy of an indirect case's environment the tools read. `trial`: which of
+    the evaluation's trials (the agent reads it as `ctx.trial`)."""
+    ev = Evaluation(case, level, spec, track, architecture, copy, trial)
     ctx: AgentContext | None = None
     agent: Any = None
     try:
         bank = open_bank(level, architecture, screen, Scene.of(case, copy))
         ev.log = bank.log
-        ctx = AgentContext(level, bank, max_steps, tools_for(case))
+        ctx = AgentContext(level, bank, max_steps, tools_for(case), trial)
         agent = loader.call(ctx)
         if not callable(getattr(agent, "reply", None)):
             raise SetupError(f"{spec}: the factory returned a {type(agent).__name__} without reply")

@@ -103,6 +103,7 @@ class ProviderAttacker:
                 max_tokens=prompt.max_tokens,
                 case=view.case,
                 level=view.level,
+                trial=view.trial,
             )
         )
         move = parse_move(turn.text)

@@ -56,6 +56,7 @@ class Planned:
     spec: str
     track: Track
     copy: Copy = "attack"
+    trial: int = 1
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,7 @@ def plan_run(
     # Per provider spec: each distinct first request's key and input estimate.
     firsts: dict[str, dict[str, int]] = {spec.text: {} for spec in specs}
     # Bodies repeat across tracks and architectures: estimate each once.
-    memo: dict[tuple[str, int, bool, tuple[str, ...]], tuple[int, str | None]] = {}
+    memo: dict[tuple[str, int, bool, tuple[str, ...], int], tuple[int, str | None]] = {}
     for item in planned:
         c = counts[item.spec]
         c.evaluations += 1
@@ -150,9 +151,11 @@ def plan_run(
         for i in range(len(texts)):
             # The tools too: an indirect case with documents offers one more.
             documents = item.case.environment is not None and bool(item.case.environment.documents)
-            key = (item.spec, level.number, documents, tuple(texts[: i + 1]))
+            key = (item.spec, level.number, documents, tuple(texts[: i + 1]), item.trial)
             if key not in memo:
-                memo[key] = _estimate(model, item.case, level, texts[: i + 1], first=i == 0)
+                memo[key] = _estimate(
+                    model, item.case, level, texts[: i + 1], first=i == 0, trial=item.trial
+                )
             estimate, request_key = memo[key]
             times = rounds if adaptive else 1
             c.input_est += estimate * times
@@ -193,7 +196,13 @@ def plan_run(
 
 
 def _estimate(
-    model: ProviderModel | str, case: Case, level: Level, texts: Sequence[str], *, first: bool
+    model: ProviderModel | str,
+    case: Case,
+    level: Level,
+    texts: Sequence[str],
+    *,
+    first: bool,
+    trial: int = 1,
 ) -> tuple[int, str | None]:
     """The input estimate of a user message's first request, and the request's cache key
     when it is the evaluation's first (later ones depend on the model's answers)."""
@@ -212,9 +221,10 @@ def _estimate(
         max_tokens=level.max_tokens,
         case=case,
         level=level,
+        trial=trial,
     )
     body = model.wire.body(request, parse_spec(model.spec).model)
-    return tokens(body), model.request_key(body) if first else None
+    return tokens(body), model.request_key(body, trial) if first else None
 
 
 def _plan(

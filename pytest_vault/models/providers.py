@@ -648,16 +648,23 @@ class ProviderModel:
         self._flight = SingleFlight()
         self.decode = Decode()
 
-    def request_key(self, body: dict[str, Any]) -> str:
+    def request_key(self, body: dict[str, Any], trial: int = 1) -> str:
         """The cache key of a request body. What determines the answer: provider,
-        endpoint, model, messages, tools, decode settings as requested. Never the key."""
-        return cache_key(
-            {"provider": self.wire.provider, "endpoint": self.wire.endpoint, "body": body}
-        )
+        endpoint, model, messages, tools, decode settings as requested. Never the key.
+        Trial k > 1 of an evaluation is keyed apart (asked anew); trial 1's key is the
+        key a run without trials makes, so recorded caches replay."""
+        what: dict[str, Any] = {
+            "provider": self.wire.provider,
+            "endpoint": self.wire.endpoint,
+            "body": body,
+        }
+        if trial > 1:
+            what["trial"] = trial
+        return cache_key(what)
 
     async def respond(self, request: ModelRequest) -> ModelTurn:
         body = self.wire.body(request, self._model)
-        key = self.request_key(body)
+        key = self.request_key(body, request.trial)
         estimate = len(json.dumps(body, default=str)) // 4 + request.max_tokens
         # One answer per distinct request: evaluations that ask the same thing (the two
         # architectures' identical first step, say) share it, in this process through

@@ -9,6 +9,7 @@ from typing import Literal
 
 from pytest_vault.core.errors import VaultError
 from pytest_vault.core.text import KEY_ENV
+from pytest_vault.harness.coin import COIN, coin_chance
 
 CONTROL_MODELS = (
     "scripted:reference",
@@ -18,6 +19,13 @@ CONTROL_MODELS = (
     "scripted:replay",
 )
 PROVIDERS = ("openai", "anthropic")
+
+
+def is_control(spec: str) -> bool:
+    """One of our offline models: a deterministic control, or the seeded coin."""
+    return spec in CONTROL_MODELS or coin_chance(spec) is not None
+
+
 BASE_URL_ENV = {"openai": "OPENAI_BASE_URL", "anthropic": "ANTHROPIC_BASE_URL"}
 
 
@@ -89,9 +97,10 @@ def check_spec(
             )
         return spec
     if spec.startswith("scripted:"):
-        if spec not in CONTROL_MODELS:
+        if not is_control(spec):
             raise SpecError(
-                f"--vault-model {spec!r}: unknown control; controls are {', '.join(CONTROL_MODELS)}"
+                f"--vault-model {spec!r}: unknown control; controls are "
+                f"{', '.join(CONTROL_MODELS)} and {COIN}P (P from 0 to 1)"
             )
         return spec
     parsed = parse_spec(spec, option)

@@ -114,6 +114,8 @@ class CorpusFile(pytest.File):
             return
         opts = vault.options
         specs = [(spec, shown(spec)) for spec in opts.models]
+        # Each evaluation's trials, one test each, side by side; one trial, no suffix.
+        trials = [(t, f"-t{t}" if opts.trials > 1 else "") for t in range(1, opts.trials + 1)]
         # The attacks on each task and environment, across the run's files: their one
         # clean run per cell serves them all, and `-k` on any of them selects it too.
         served = vault.served
@@ -129,7 +131,7 @@ class CorpusFile(pytest.File):
                 continue
             if case.indirect:
                 if "indirect" in opts.tracks:
-                    yield from self._indirect(lineno, case, specs)
+                    yield from self._indirect(lineno, case, specs, trials)
                 continue  # on no direct track
             # Made once per case and shared by its items: at 87,420 tests, per-item copies
             # of the same words are a good part of the plugin's memory.
@@ -140,19 +142,25 @@ class CorpusFile(pytest.File):
                     if track == "indirect" or (track == "adaptive" and case.kind != "attack"):
                         continue  # only attacks are seeds of the adaptive attacker
                     for arch in opts.architectures:
-                        yield VaultItem.from_parent(
-                            self,
-                            name=f"{case_id}[{spec_shown}-{track}-{arch}]",
-                            case=case,
-                            lineno=lineno,
-                            spec=spec,
-                            track=track,
-                            architecture=arch,
-                            words=words,
-                        )
+                        for trial, suffix in trials:
+                            yield VaultItem.from_parent(
+                                self,
+                                name=f"{case_id}[{spec_shown}-{track}-{arch}{suffix}]",
+                                case=case,
+                                lineno=lineno,
+                                spec=spec,
+                                track=track,
+                                architecture=arch,
+                                words=words,
+                                trial=trial,
+                            )
 
     def _indirect(
-        self, lineno: int, case: Case, specs: list[tuple[str, str]]
+        self,
+        lineno: int,
+        case: Case,
+        specs: list[tuple[str, str]],
+        trials: list[tuple[int, str]],
     ) -> Iterator[VaultItem]:
         """An indirect case's attacked runs, each cell's clean run before its first attack:
         a clean run matches `-k` on every attack it serves, so selecting an attack keeps
@@ -163,33 +171,37 @@ class CorpusFile(pytest.File):
         case_id, words = shown(case.id), keywords(case)
         for spec, spec_shown in specs:
             for arch in vault.options.architectures:
-                if (pair, spec, arch) not in vault.clean_runs:
-                    cases = vault.served[pair]
-                    vault.clean_runs[pair, spec, arch] = clean = VaultItem.from_parent(
+                for trial, suffix in trials:
+                    if (pair, spec, arch, trial) not in vault.clean_runs:
+                        cases = vault.served[pair]
+                        clean = VaultItem.from_parent(
+                            self,
+                            name=f"{pair}[{spec_shown}-indirect-{arch}{suffix}]",
+                            case=case,
+                            lineno=lineno,
+                            spec=spec,
+                            track="indirect",
+                            architecture=arch,
+                            words=tuple(
+                                dict.fromkeys(w for c in cases for w in (shown(c.id), *keywords(c)))
+                            ),
+                            copy="clean",
+                            serves=cases,
+                            trial=trial,
+                        )
+                        vault.clean_runs[pair, spec, arch, trial] = clean
+                        yield clean
+                    yield VaultItem.from_parent(
                         self,
-                        name=f"{pair}[{spec_shown}-indirect-{arch}]",
+                        name=f"{case_id}[{spec_shown}-indirect-{arch}{suffix}]",
                         case=case,
                         lineno=lineno,
                         spec=spec,
                         track="indirect",
                         architecture=arch,
-                        words=tuple(
-                            dict.fromkeys(w for c in cases for w in (shown(c.id), *keywords(c)))
-                        ),
-                        copy="clean",
-                        serves=cases,
+                        words=words,
+                        trial=trial,
                     )
-                    yield clean
-                yield VaultItem.from_parent(
-                    self,
-                    name=f"{case_id}[{spec_shown}-indirect-{arch}]",
-                    case=case,
-                    lineno=lineno,
-                    spec=spec,
-                    track="indirect",
-                    architecture=arch,
-                    words=words,
-                )
 
 
 def keywords(case: Case) -> tuple[str, ...]:
@@ -211,6 +223,7 @@ class VaultItem(pytest.Item):
         words: tuple[str, ...] | None = None,
         copy: Copy = "attack",
         serves: Sequence[Case] = (),
+        trial: int = 1,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -222,12 +235,15 @@ class VaultItem(pytest.Item):
         # A paired clean run: the clean copy of `case`'s environment, serving `serves`.
         self.copy: Copy = copy
         self.serves = serves
+        self.trial = trial
         self.extra_keyword_matches.update(keywords(case) if words is None else words)
         self.row: dict[str, Any] | None = None
 
     @property
     def job(self) -> Job:
-        return Job(self.nodeid, self.case, self.spec, self.track, self.architecture, self.copy)
+        return Job(
+            self.nodeid, self.case, self.spec, self.track, self.architecture, self.copy, self.trial
+        )
 
     def runtest(self) -> None:
         vault = vault_of(self.config)

@@ -35,6 +35,8 @@ from pytest_vault.plugin.convert import (
 )
 
 DEFAULT_CACHE = ".vault-cache"
+# Trials per evaluation, at most: a bound, so a typo (`--vault-trials 300`) is said, not run.
+MAX_TRIALS = 100
 
 
 # -- the table ------------------------------------------------------------------------------
@@ -299,8 +301,18 @@ OPTIONS: tuple[Option, ...] = (
         metavar="M",
     ),
     Option(
+        "--vault-trials",
+        "run every evaluation N times, as independent trials (their own requests; trial 1 "
+        "is the request a run of one trial makes): for models that answer differently each "
+        f"time; at most {MAX_TRIALS}",
+        count(1, MAX_TRIALS),
+        metavar="N",
+        default=1,
+    ),
+    Option(
         "--vault-seed",
-        "seed of the sample: the same seed, corpus and N, the same cases",
+        "seed of the sample, and of the stochastic control scripted:coin:P: the same seed, "
+        "corpus and N, the same cases",
         count(0, 2**63 - 1),
         metavar="S",
         default=0,

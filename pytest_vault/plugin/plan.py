@@ -110,7 +110,7 @@ def plan_of(vault: VaultSession, jobs: list[Job]) -> list[ModelPlan]:
     try:
         return plan_run(
             [vault.spec(text) for text in opts.models],
-            [Planned(job.case, job.spec, job.track, job.copy) for job in jobs],
+            [Planned(job.case, job.spec, job.track, job.copy, job.trial) for job in jobs],
             vault.levels if jobs else {},
             max_steps=opts.max_steps,
             providers=providers,

@@ -55,9 +55,9 @@ class VaultSession:
     # Case ids seen in this run, across corpus files, with where they were defined.
     seen_ids: dict[str, str] = field(default_factory=dict)
     # The indirect cases collected, by their clean run's id; and the clean runs' items,
-    # by (clean run id, spec, architecture): one per cell, whichever file holds it.
+    # by (clean run id, spec, architecture, trial): one per cell, whichever file holds it.
     served: dict[str, list[Case]] = field(default_factory=dict)
-    clean_runs: dict[tuple[str, str, str], VaultItem] = field(default_factory=dict)
+    clean_runs: dict[tuple[str, str, str, int], VaultItem] = field(default_factory=dict)
     # sha256 of each corpus file collected, by node id (merged from workers under xdist).
     corpus_digests: dict[str, str] = field(default_factory=dict)
     # Evaluations this process plans, per cell (after -k, levels and shard filters).
@@ -304,6 +304,7 @@ class VaultSession:
                 reply_timeout=opts.agent_timeout,
                 screen=screen,
                 copy=job.copy,
+                trial=job.trial,
             )
         else:
             ev = await evaluate(
@@ -315,6 +316,7 @@ class VaultSession:
                 max_steps=opts.max_steps,
                 screen=screen,
                 copy=job.copy,
+                trial=job.trial,
             )
         result = row(ev, self.guard_spec, await self._judged(ev))
         result["cost_usd"] = self.spend.cost(
@@ -336,7 +338,9 @@ class VaultSession:
         try:
             plan = self.campaign()
         except Exception as exc:  # noqa: BLE001 - an attacker that cannot be built: error rows
-            ev = Evaluation(job.case, level, job.spec, "adaptive", job.architecture)
+            ev = Evaluation(
+                job.case, level, job.spec, "adaptive", job.architecture, trial=job.trial
+            )
             ev.status, ev.error = "error", f"--vault-attacker {opts.attacker}: {exc}"
             ev.attacker, ev.rounds = opts.attacker, 0
             return ev
@@ -352,6 +356,7 @@ class VaultSession:
                 max_steps=opts.max_steps,
                 reply_timeout=opts.agent_timeout,
                 screen=screen,
+                trial=job.trial,
             )
         return await evaluate_adaptive(
             job.case,
@@ -361,6 +366,7 @@ class VaultSession:
             plan,
             max_steps=opts.max_steps,
             screen=screen,
+            trial=job.trial,
         )
 
     def start(self, jobs: list[Job]) -> None:

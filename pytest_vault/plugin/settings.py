@@ -50,6 +50,8 @@ class Options:
     sample: int | None = None
     sample_benign: int | None = None
     seed: int = 0
+    # Each evaluation this many times, as independent trials (`--vault-trials`).
+    trials: int = 1
     # The last release's results, to gate against at the end.
     baseline: Path | None = None
     baseline_model: str | None = None
@@ -98,3 +100,4 @@ class Job:
     track: Track
     architecture: Architecture
     copy: Copy = "attack"
+    trial: int = 1

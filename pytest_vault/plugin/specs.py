@@ -15,6 +15,7 @@ from pytest_vault.models.specs import (
     Spec,
     SpecError,
     check_spec,
+    is_control,
 )
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ def our_spec(spec: str, role: Role, base_url: str | None, *, asks: bool) -> Spec
     if role == "model":
         check_spec(spec, base_url, asks=asks)
         agent = spec.removeprefix(AGENT) if prefix == "agent" else None
-        offline = spec in CONTROL_MODELS
+        offline = is_control(spec)
         return Spec(
             spec, role, provider=not offline and agent is None, offline=offline, agent=agent
         )
@@ -114,9 +115,9 @@ class Builtin:
         if not ours(spec):
             return None
         if spec.offline:
-            from pytest_vault.harness.controls import CONTROLS
+            from pytest_vault.harness.controls import control
 
-            return CONTROLS[spec.text](spec.text)
+            return control(spec.text, seed=session.options.seed)
         return session.provider_model(spec.text)
 
     @pytest.hookimpl(trylast=True)

@@ -83,7 +83,7 @@ _TYPES = {
 }
 # The row, its types and its rules: all from `harness.events.ROW`.
 SCHEMA = pa.schema([(c.name, _TYPES[c.type]) for c in ROW])
-SORT_KEY = ("attack_id", "model", "track", "architecture")
+SORT_KEY = ("attack_id", "model", "track", "architecture", "trial")
 LEVELS = range(1, 6)
 CHOICES = {c.name: c.choices for c in ROW if c.choices}
 META_KEY = b"pytest_vault"
@@ -204,9 +204,13 @@ def write_rows(
     # tuple per row, 31 MB at 87,420 rows).
     for k in reversed([list(names).index(k) for k in SORT_KEY]):
         nulls = [i for i in order if rows[i][k] is None]
-        order = sorted(
-            (i for i in order if rows[i][k] is not None), key=lambda i: stored(rows[i][k])
-        )
+
+        # A text by its stored code points; the trial, a number, as it is.
+        def key(i: int, k: int = k) -> Any:
+            value = rows[i][k]
+            return stored(value) if type(value) is str else value
+
+        order = sorted((i for i in order if rows[i][k] is not None), key=key)
         order += nulls
     groups = (
         table_of([rows[i] for i in order[start : start + ROW_GROUP]], names)
@@ -367,7 +371,13 @@ def check_table(table: pa.Table, version: int = VERSION) -> pa.Table:
     # Files from before a column: an unknown guard; no adaptive track; no judge.
     for c in ROW:
         if c.older and c.name not in table.column_names:
-            table = table.append_column(c.name, pa.nulls(table.num_rows, SCHEMA.field(c.name).type))
+            kind = SCHEMA.field(c.name).type
+            filled = (
+                pa.nulls(table.num_rows, kind)
+                if c.default is None
+                else pa.array([c.default] * table.num_rows, kind)
+            )
+            table = table.append_column(c.name, filled)
     missing = [n for n in SCHEMA.names if n not in table.column_names]
     if missing:
         raise ResultsError(f"not a pytest-vault results file (no column {missing[0]!r})")
@@ -412,6 +422,10 @@ def check_table(table: pa.Table, version: int = VERSION) -> pa.Table:
             row = _first(pc.less(column, 0))
             if row is not None:
                 raise ResultsError(f"{_row(row)}: {c.name}: {column[row]} is negative")
+        elif c.rule == "trial":
+            row = _first(pc.less(column, 1))
+            if row is not None:
+                raise ResultsError(f"{_row(row)}: {c.name}: {column[row]} is below 1")
         elif c.rule == "amount":
             row = _first(pc.invert(pc.and_(pc.is_finite(column), pc.greater_equal(column, 0))))
             if row is not None:
@@ -749,7 +763,8 @@ def load(paths: Sequence[Path]) -> Loaded:
     keys = pa.Table.from_arrays([merged[k] for k in SORT_KEY], names=list(SORT_KEY))
     if keys.group_by(list(SORT_KEY)).aggregate([]).num_rows != merged.num_rows:
         raise ReportError(
-            "the files hold the same evaluation (attack, model, track, architecture) twice: "
+            "the files hold the same evaluation (attack, model, track, architecture, trial) "
+            "twice: "
             "merge shards of one run, or runs of different models"
         )
     return Loaded(attributed(merged), metadata, sources)

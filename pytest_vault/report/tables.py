@@ -82,9 +82,13 @@ class Columns:
             "status",
         ):
             codes[name], self.labels[name] = _encode(table[name])
-        # np.lexsort's last key is the primary one.
-        self.order = np.lexsort([codes[k] for k in reversed(ORDER)]) if self.n else np.arange(0)
+        trial = _ints(table["trial"]) if self.n else np.zeros(0, np.int64)
+        # np.lexsort's last key is the primary one; the trial breaks the last ties.
+        keys = [trial, *(codes[k] for k in reversed(ORDER))]
+        self.order = np.lexsort(keys) if self.n else np.arange(0)
         self.codes = {name: c[self.order] for name, c in codes.items()}
+        self.trial = trial[self.order]  # 1..trials
+        self.trials = int(trial.max()) if self.n else 1
         self.level = table["level"].to_numpy().astype(np.int64)[self.order]
         self.requested = _bools(table["requested"])[self.order]
         self.paid = _bools(table["paid"])[self.order]
@@ -346,9 +350,11 @@ class Analysis:
                 self._cell_status[key] = (done, error, not_run)
 
     def _input_key(self) -> np.ndarray:
-        """One integer per (attack, track): the model's input, whatever the architecture."""
+        """One integer per (attack, track, trial): the model's input, whatever the
+        architecture (a trial of one architecture meets the same trial of the other)."""
         c = self.cols
-        return np.asarray(c.codes["attack_id"] * len(c.labels["track"]) + c.codes["track"])
+        key = c.codes["attack_id"] * len(c.labels["track"]) + c.codes["track"]
+        return np.asarray(key * c.trials + (c.trial - 1))
 
     def _in(self, levels: Sequence[int]) -> np.ndarray:
         return np.isin(self.cols.level, list(levels))
@@ -445,7 +451,7 @@ class Analysis:
         for arch in ("model", "guarded"):
             base = self.done & self.attack & c.mask("architecture", arch)
             key = self._input_key()
-            inputs = len(c.labels["attack_id"]) * len(c.labels["track"])
+            inputs = len(c.labels["attack_id"]) * len(c.labels["track"]) * c.trials
             common = np.zeros(inputs, dtype=bool) if not self.models else np.ones(inputs, bool)
             for model in self.models:
                 common &= np.bincount(key[base & c.mask("model", model)], minlength=inputs) > 0

@@ -294,6 +294,7 @@ def test_controls_agents_and_plugins_models() -> None:
         "cost_usd_min": 0.0,
         "cost_usd_max": 0.0,
         "note": "control: no request",
+        "clean_runs": 0,
     }
     assert agent.evaluations == 1
     assert (agent.requests_max, agent.input_tokens_est, agent.cost_usd_max) == (None, None, None)
@@ -305,6 +306,7 @@ def test_controls_agents_and_plugins_models() -> None:
         **dict.fromkeys(("output_tokens_max", "first_requests", "cached_first_requests"), None),
         **dict.fromkeys(("cost_usd_min", "cost_usd_max"), None),
         "note": "requests unknown (a plugin's model asks on its own)",
+        "clean_runs": 0,
     }
 
 

@@ -218,6 +218,7 @@ def _row(**extra: Any) -> dict[str, Any]:
         "kind": "attack",
         "track": "A",
         "architecture": "model",
+        "trial": 1,
         **dict.fromkeys(("requested", "paid", "paid_allowlisted", "unpermitted"), False),
         "violation": False,
         "status": "completed",

@@ -136,6 +136,7 @@ def test_exact_events_in_results_and_junit(pytester: pytest.Pytester, corpus: Pa
         for case in root.iter("testcase")
     }
     assert props["mixed[scripted:replay-A-guarded]"] == {
+        "trial": "1",
         "requested": "True",
         "paid": "True",
         "allowed_calls": "1",

@@ -318,6 +318,7 @@ def row(attack: str) -> dict[str, Any]:
         "track": "A",
         "architecture": "model",
         "model": "scripted:refuser",
+        "trial": 1,
         "requested": False,
         "paid": False,
         "paid_allowlisted": False,

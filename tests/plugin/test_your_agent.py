@@ -252,7 +252,7 @@ NOT_FOUND = "(looked in {root}, then sys.path)"  # the invocation folder is the 
             ["--vault-model=scripted:obedent"],
             "--vault-model 'scripted:obedent': unknown control; controls are "
             "scripted:reference, scripted:obedient, scripted:receipt-trusting, "
-            "scripted:refuser, scripted:replay",
+            "scripted:refuser, scripted:replay and scripted:coin:P (P from 0 to 1)",
         ),
         (
             ["--vault-model=gemini:pro"],

@@ -25,6 +25,7 @@ def row(**over: Any) -> dict[str, Any]:
         "track": "A",
         "architecture": "model",
         "model": "m",
+        "trial": 1,
         "requested": False,
         "paid": False,
         "paid_allowlisted": False,

@@ -466,5 +466,5 @@ def test_a_baseline_holding_an_evaluation_twice_is_one_line_naming_it(tmp_path: 
     path = write(tmp_path / "dup.parquet", [row(), row(unpermitted=True)])
     assert refusal(path) == (
         f"--vault-baseline {path}: the files hold the same evaluation (attack, model, track, "
-        "architecture) twice: merge shards of one run, or runs of different models"
+        "architecture, trial) twice: merge shards of one run, or runs of different models"
     )

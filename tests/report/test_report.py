@@ -398,7 +398,8 @@ def test_the_same_evaluation_twice_is_refused(
 ) -> None:
     assert main([str(run), str(run)]) == 2
     assert (
-        "the same evaluation (attack, model, track, architecture) twice" in capsys.readouterr().err
+        "the same evaluation (attack, model, track, architecture, trial) twice"
+        in capsys.readouterr().err
     )
 
 
