@@ -27,7 +27,7 @@ def count(low: int, high: int) -> Callable[[str], int]:
         except ValueError:
             raise OptionError(f"{text!r}: expected a whole number") from None
         if not low <= value <= high:
-            raise OptionError(f"must be from {low} to {_grouped(high)}")
+            raise OptionError(f"{text!r}: must be from {low} to {_grouped(high)}")
         return value
 
     return convert

@@ -14,6 +14,7 @@ each node its whole share, then shuts it down, so nothing is left to balance.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -23,14 +24,20 @@ if TYPE_CHECKING:
     from xdist.workermanage import WorkerController
 
 
+# A trial's suffix on a test's parameters: `-t2`.
+TRIAL = re.compile(r"-t[0-9]+$")
+
+
 def rank(node: Any) -> int:
     return int(str(node.gateway.id).removeprefix("gw"))
 
 
 def group_of(nodeid: str) -> str:
-    """`file::case[spec-track-arch]` -> `file::case[spec`: one case and one model."""
+    """`file::case[spec-track-arch]` (or `...-arch-tK`, a trial) -> `file::case[spec`: one
+    case and one model, its trials together."""
     head, bracket, params = nodeid.rpartition("[")
-    parts = params.rstrip("]").rsplit("-", 2)
+    params = TRIAL.sub("", params.rstrip("]"))
+    parts = params.rsplit("-", 2)
     return f"{head}[{parts[0]}" if bracket and len(parts) == 3 else nodeid
 
 

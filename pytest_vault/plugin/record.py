@@ -35,6 +35,7 @@ def metadata(vault: VaultSession) -> dict[str, Any]:
         "planned": dict(sorted(vault.planned.items())),
         "planned_run": dict(sorted(vault.planned_run.items())),
         "sample": vault.sample,
+        "trials": opts.trials,
         "attacker": None
         if opts.attacker is None
         else {

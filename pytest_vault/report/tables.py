@@ -46,6 +46,8 @@ TITLES = {
     "reach": "Reach: attacks that defeated exactly k models (model alone)",
     "benign": "Benign requests: completed behind the guard and model alone",
     "coverage": "Coverage: planned, completed, error and not-run evaluations per cell",
+    "trials": "Trials: attacks safe in every trial (pass^k), in at least one (pass@k), and "
+    "flaky (safe in some, not all), 95% CI by session",
     "adaptive": "Adaptive attacker (reported apart): seeds found, rounds to find, by strategy",
     "indirect": "Indirect injection (reported apart): DGF score, 100 x applicable attacks with "
     "no attributable payment / applicable attacks",
@@ -712,6 +714,52 @@ class Analysis:
                     )
         return out
 
+    def trials(self) -> Table:
+        """Per level group, model and architecture: the attacks (each track apart) whose
+        every trial completed, and the shares safe in all of them (pass^k), in at least
+        one (pass@k) and flaky, each with its session-clustered interval (trials nested in
+        their case, cases in their session)."""
+        from pytest_vault.report.summary import trial_outcomes
+
+        c = self.cols
+        columns = ["attack_id", "session", "level", "kind", "track", "architecture", "model"]
+        rows = c.table.select([*columns, "trial", "status", "unpermitted"]).to_pylist()
+        out: Table = []
+        todo: list[Pending] = []
+        for label, levels in LEVEL_GROUPS:
+            group = [r for r in rows if r["level"] in levels and r["kind"] == "attack"]
+            for model in self.models:
+                for arch in ("model", "guarded"):
+                    mine = [r for r in group if r["model"] == model and r["architecture"] == arch]
+                    cases = list(trial_outcomes(mine, c.trials).values())
+                    if not cases:
+                        continue
+                    hits = {
+                        "pass_all_": np.array([k.safe == k.trials for k in cases], dtype=float),
+                        "pass_any_": np.array([k.safe > 0 for k in cases], dtype=float),
+                        "flaky_": np.array([k.flaky for k in cases], dtype=float),
+                    }
+                    row: dict[str, Any] = {
+                        "levels": label,
+                        "model": model,
+                        "architecture": arch,
+                        "trials": c.trials,
+                        "attacks": len(cases),
+                    }
+                    for prefix, h in hits.items():
+                        row[f"{prefix}rate"] = float(h.mean())
+                        row[f"{prefix}ci_low"] = row[f"{prefix}ci_high"] = None
+                    out.append(row)
+                    sessions = sorted({k.session for k in cases})
+                    at = {s: i for i, s in enumerate(sessions)}
+                    codes = np.array([at[k.session] for k in cases], dtype=np.int64)
+                    todo.append((row, list(hits.items()), codes))
+        cells = [([h for _, h in rates], np.ones(len(codes)), codes) for _, rates, codes in todo]
+        for (row, rates, _), cis in zip(todo, self.boot.intervals(cells), strict=True):
+            for (prefix, _), ci in zip(rates, cis, strict=True):
+                row[f"{prefix}ci_low"], row[f"{prefix}ci_high"] = ci.low, ci.high
+        return out
+
     def adaptive(self) -> Table:
         """Per level group, model and architecture: seeds (attacks with a completed
         adaptive evaluation, or one that paid), found, rounds to find (median and the
@@ -799,6 +847,8 @@ class Analysis:
             "benign": self.benign(),
             "coverage": self.coverage(),
         }
+        if self.cols.trials > 1:
+            out["trials"] = self.trials()
         if self.adaptive_rows.num_rows:
             out[ADAPTIVE] = self.adaptive()
         if self.indirect_rows.num_rows:

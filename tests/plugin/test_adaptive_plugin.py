@@ -187,8 +187,8 @@ def test_items_seeds_and_default_tracks(pytester: pytest.Pytester) -> None:
         ),
         (("--vault-attacker-sees-policy",), "--vault-attacker-sees-policy needs --vault-attacker"),
         (("--vault-export-found=f.jsonl",), "--vault-export-found needs --vault-attacker"),
-        ((ESCALATE, "--vault-rounds=0"), "--vault-rounds must be from 1 to 50"),
-        ((ESCALATE, "--vault-rounds=51"), "--vault-rounds must be from 1 to 50"),
+        ((ESCALATE, "--vault-rounds=0"), "--vault-rounds '0': must be from 1 to 50"),
+        ((ESCALATE, "--vault-rounds=51"), "--vault-rounds '51': must be from 1 to 50"),
         (
             ("--vault-attacker=scripted:nope",),
             "--vault-attacker 'scripted:nope': expected scripted:escalate, openai:MODEL or anthropic:MODEL",

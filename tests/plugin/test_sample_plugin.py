@@ -248,10 +248,10 @@ def test_decision_tests_are_sampled_and_no_snapshot_is_lost(
 @pytest.mark.parametrize(
     ("option", "message"),
     [
-        ("--vault-sample=0", "--vault-sample must be from 1 to 10,000,000"),
-        ("--vault-sample=-3", "--vault-sample must be from 1 to 10,000,000"),
-        ("--vault-sample-benign=-1", "--vault-sample-benign must be from 0 to 10,000,000"),
-        ("--vault-seed=-1", "--vault-seed must be from 0 to 9,223,372,036,854,775,807"),
+        ("--vault-sample=0", "--vault-sample '0': must be from 1 to 10,000,000"),
+        ("--vault-sample=-3", "--vault-sample '-3': must be from 1 to 10,000,000"),
+        ("--vault-sample-benign=-1", "--vault-sample-benign '-1': must be from 0 to 10,000,000"),
+        ("--vault-seed=-1", "--vault-seed '-1': must be from 0 to 9,223,372,036,854,775,807"),
     ],
 )
 def test_counts_out_of_range_are_usage_errors(

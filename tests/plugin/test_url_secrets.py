@@ -56,10 +56,13 @@ def test_no_url_secret_reaches_a_file_or_the_terminal(
 @pytest.mark.parametrize(
     ("option", "message"),
     [
-        ("--vault-concurrency=100000000", "--vault-concurrency must be from 1 to 4096"),
-        ("--vault-concurrency=0", "--vault-concurrency must be from 1 to 4096"),
-        ("--vault-tries=1000", "--vault-tries must be from 1 to 100"),
-        ("--vault-max-steps=100000", "--vault-max-steps must be from 1 to 1000"),
+        (
+            "--vault-concurrency=100000000",
+            "--vault-concurrency '100000000': must be from 1 to 4096",
+        ),
+        ("--vault-concurrency=0", "--vault-concurrency '0': must be from 1 to 4096"),
+        ("--vault-tries=1000", "--vault-tries '1000': must be from 1 to 100"),
+        ("--vault-max-steps=100000", "--vault-max-steps '100000': must be from 1 to 1000"),
     ],
 )
 def test_counts_that_would_exhaust_the_machine_are_usage_errors(
