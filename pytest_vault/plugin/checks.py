@@ -108,7 +108,12 @@ def options_of(config: pytest.Config) -> Options:
     get = config.getoption
     specs: dict[str, Spec] = {}
     models = _claimed(config, "vault_model", "model", CONTROL_MODELS, specs)
-    for name in ("vault_baseline_model", "vault_baseline_any_corpus"):
+    for name in (
+        "vault_baseline_model",
+        "vault_baseline_any_corpus",
+        "vault_baseline_subset",
+        "vault_baseline_out",
+    ):
         if get(name) and get("vault_baseline") is None:
             raise pytest.UsageError(f"{origin(config, name)} needs --vault-baseline")
     judges = _judges(config, specs)
@@ -181,6 +186,8 @@ def options_of(config: pytest.Config) -> Options:
         baseline=_path(get("vault_baseline")),
         baseline_model=get("vault_baseline_model"),
         baseline_any_corpus=get("vault_baseline_any_corpus"),
+        baseline_subset=get("vault_baseline_subset"),
+        baseline_out=_path(get("vault_baseline_out")),
         plan=get("vault_plan"),
         search=(
             config.invocation_params.dir,
@@ -309,6 +316,7 @@ def _unusable_path(opts: Options) -> str | None:
         ("--vault-results", opts.results),
         ("--vault-report", opts.report),
         ("--vault-export-found", opts.export_found),
+        ("--vault-baseline-out", opts.baseline_out),
     )
     if not any(path for _, path, _ in reads) and not any(path for _, path in writes):
         return None

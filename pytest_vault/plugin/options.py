@@ -338,6 +338,20 @@ OPTIONS: tuple[Option, ...] = (
         default=False,
     ),
     Option(
+        "--vault-baseline-subset",
+        "compare on the baseline cells this run has, when it lacks some (a sample, a shard, "
+        "-k): the verdict names itself as on N of M baseline cells; else a run that lacks "
+        "any fails the gate",
+        kind="flag",
+        default=False,
+    ),
+    Option(
+        "--vault-baseline-out",
+        "write the gate's verdict, coverage and every regressed attack to this JSON file",
+        path(),
+        metavar="FILE.json",
+    ),
+    Option(
         "--vault-plan",
         "collect, print what the run would cost (evaluations, requests, tokens, cache, "
         "spend), and exit without asking any provider (so needing no key)",

@@ -29,10 +29,12 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     opts = config.stash[VAULT].options
     if opts.baseline is None or is_worker(config) or config.getoption("vault_decisions"):
         return
-    from pytest_vault.report.baseline import BaselineError, read_baseline
+    from pytest_vault.report.baseline import BaselineError, check_trials, read_baseline
 
     try:
-        config.stash[BASELINE] = read_baseline(opts.baseline, opts.baseline_model)
+        baseline = read_baseline(opts.baseline, opts.baseline_model)
+        check_trials(baseline, opts.baseline, opts.trials)
+        config.stash[BASELINE] = baseline
     except BaselineError as exc:
         raise pytest.UsageError(str(exc)) from None
 
@@ -104,16 +106,38 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             vault.unwritten[option] = path
             said = f"{option} {shown(path)}: cannot write: {shown(reason(exc))}"
             stream(config, "stderr", f"ERROR: {said}\n")
-    if vault.unwritten and session.exitstatus == pytest.ExitCode.OK:
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     baseline = config.stash.get(BASELINE, None)
     if baseline is not None and store:
         from pytest_vault.report.baseline import EXIT_REGRESSION, compare
 
-        gate = config.stash[GATE] = compare(store.results(), baseline)
+        gate = config.stash[GATE] = compare(
+            store.results(), baseline, metadata=metadata(vault), subset=opts.baseline_subset
+        )
+        if opts.baseline_out is not None:
+            _write_gate(config, gate, opts.baseline_out)
         # Like syrupy's unused snapshots: the run fails even when every test passed.
         if gate.failed and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = EXIT_REGRESSION
+    if vault.unwritten and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _write_gate(config: pytest.Config, gate: Gate, path: Path) -> None:
+    """`--vault-baseline-out`: the gate as JSON, for the CI job's artifacts; a file that
+    cannot be written is one line, and the gate's verdict stands."""
+    from pytest_vault.core.text import json_text
+    from pytest_vault.report.outputs import replacing
+
+    try:
+        with replacing(path) as partial:
+            partial.write_text(json_text(gate.record(), indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:
+        from pytest_vault.core.errors import reason
+
+        vault = config.stash[VAULT]
+        vault.unwritten["--vault-baseline-out"] = path
+        said = f"--vault-baseline-out {shown(path)}: cannot write: {shown(reason(exc))}"
+        stream(config, "stderr", f"ERROR: {said}\n")
 
 
 def _write_results(vault: VaultSession, path: Path) -> None:

@@ -56,6 +56,10 @@ class Options:
     baseline: Path | None = None
     baseline_model: str | None = None
     baseline_any_corpus: bool = False
+    # Compare on the baseline cells this run has (else a missing one fails the gate); and
+    # where the gate's verdict and regressed attacks are written.
+    baseline_subset: bool = False
+    baseline_out: Path | None = None
     # `--vault-plan`: print what the run would cost and run nothing.
     plan: Literal["text", "json"] | None = None
     # Where `agent:` and `--vault-guard` modules are looked for first, in order: the
