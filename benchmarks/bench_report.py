@@ -12,7 +12,9 @@ Two shapes of synthetic rows, outcomes concentrated in a few sessions:
   decisions, nearly every log distinct.
 
 Times the whole command (read, every table, bootstrap included) in a fresh process.
-Targets (issues 15, 26): under 3 s. `--keep` keeps the files (the realistic one also
+Targets (issues 15, 26): under 3 s. And the baseline gate (issue 29): a 250,000-row run of
+three trials against a 250,000-row baseline of three trials, read and compared (coverage,
+every comparison, the regressed cases), under 10 s. `--keep` keeps the files (the realistic one also
 in the version-1 layout, `realistic-v1.parquet`, to time an older pytest-vault on).
 """
 
@@ -237,6 +239,7 @@ def realistic(rows: int, seed: int = 26) -> pa.Table:
 
 
 def _table(columns: dict[str, Any]) -> pa.Table:
+    columns.setdefault("trial", [1] * len(columns["attack_id"]))
     return pa.table(
         {
             f.name: pa.array(
@@ -252,6 +255,42 @@ def _table(columns: dict[str, Any]) -> pa.Table:
     )
 
 
+def trials(table: pa.Table, rows: int, n: int = 3) -> pa.Table:
+    """`rows` rows: the first rows / n evaluations of `table`, each as n trials."""
+    one = table.slice(0, rows // n)
+    parts = [
+        one.set_column(
+            one.schema.get_field_index("trial"), "trial", pa.array([t] * one.num_rows, pa.int32())
+        )
+        for t in range(1, n + 1)
+    ]
+    return pa.concat_tables(parts)
+
+
+def gate(rows: int, folder: Path) -> None:
+    """The baseline gate of a run against its last release, both of three trials."""
+    from pytest_vault.report.baseline import compare, read_baseline
+    from pytest_vault.report.results import load
+
+    base = trials(synthetic(rows), rows)
+    # This release: the same cells, one session's outcomes changed (a real regression).
+    this = trials(synthetic(rows, seed=8), rows)
+    meta = {"models": sorted(set(base["model"].to_pylist())), "trials": 3}
+    write_table(base, folder / "base.parquet", meta)
+    write_table(this, folder / "this.parquet", meta)
+    model = meta["models"][0]
+    t0 = time.perf_counter()
+    baseline = read_baseline(folder / "base.parquet", model)
+    run = load([folder / "this.parquet"]).table
+    result = compare(run, baseline, metadata=meta)
+    elapsed = time.perf_counter() - t0
+    print(
+        f"baseline gate: {run.num_rows:,} rows of 3 trials against a {base.num_rows:,}-row "
+        f"baseline ({len(result.comparisons)} comparisons, {len(result.regressed):,} regressed "
+        f"cases): {elapsed:.2f} s (target: < 10 s)"
+    )
+
+
 def as_version_1(table: pa.Table) -> pa.Table:
     """The same rows in the version-1 layout: each log its JSON text."""
     texts = pa.array([log_text(log) for log in table["tool_calls"].to_pylist()], pa.string())
@@ -263,8 +302,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=250_000)
     parser.add_argument("--keep", type=Path, help="keep the benchmark files in this folder")
+    parser.add_argument("--gate-only", action="store_true", help="time the baseline gate alone")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
+        gate(args.rows, Path(tmp))
+        if args.gate_only:
+            return
         for name, table in (
             ("synthetic", synthetic(args.rows)),
             ("realistic", realistic(args.rows)),

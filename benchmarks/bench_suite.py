@@ -7,7 +7,9 @@ cost per test is the slope between the two, so start-up (interpreter, plugins,
 passports) is reported apart. Target (issue 3): vault slope <= 1.5x the bare slope.
 Indirect cases (issue 28) per test, next to the direct ones: each case's attacked run
 and its paired clean run, per control and architecture, against a direct case's tracks A
-and B; target <= 1.2x.
+and B; target <= 1.2x. And trials (issue 29): `--vault-trials 5` against 1 on a control,
+per case (target <= 5.5x), and the peak memory of the two runs side by side (target: N = 5
+within 1.2x of N = 1's, plus its rows).
 Also reported: the example `agent:` specs per test, next to the built-in controls, each
 scripted like `scripted:obedient`: plain Python (a sync agent in the thread pool), and
 pydantic-ai and the OpenAI Agents SDK through our adapters (skipped when not installed).
@@ -80,12 +82,60 @@ def timed(args: list[str], cwd: Path, repeats: int) -> float:
     return best
 
 
+PEAK = (
+    "import resource, sys, pytest\n"
+    "code = pytest.main(sys.argv[1:])\n"
+    "print('PEAK_KB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+    "sys.exit(code)\n"
+)
+
+
+def peak_kb(args: list[str], cwd: Path) -> int:
+    """The peak resident memory of one pytest run, in KiB."""
+    done = subprocess.run(
+        [sys.executable, "-c", PEAK, *COMMON, *args], cwd=cwd, capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        sys.exit(f"pytest failed:\n{done.stdout[-2000:]}")
+    return int(done.stdout.rsplit("PEAK_KB", 1)[1].split()[0])
+
+
+def trials(args: argparse.Namespace, folder: Path) -> None:
+    """N = 5 trials against N = 1, on one control: the cost per case and the peak memory."""
+    one = ["--vault-model=scripted:obedient"]
+    slopes = {}
+    for n in (1, 5):
+        sizes = (args.small, args.large)
+        times = [
+            timed([str(corpus(c, folder)), *one, f"--vault-trials={n}"], folder, args.repeats)
+            for c in sizes
+        ]
+        slopes[n] = (times[1] - times[0]) / (sizes[1] - sizes[0])
+        print(
+            f"trials {n}: {times[0]:6.2f} s / {times[1]:6.2f} s -> {1e3 * slopes[n]:.2f} ms per "
+            "case"
+        )
+    print(f"ratio 5 trials / 1, per case: {slopes[5] / slopes[1]:.2f}x (target: <= 5.5x)")
+    path = str(corpus(args.large, folder))
+    peaks = {n: peak_kb([path, *one, f"--vault-trials={n}"], folder) for n in (1, 5)}
+    print(
+        f"peak memory at {args.large} cases: {peaks[1] / 1024:.0f} MiB with 1 trial, "
+        f"{peaks[5] / 1024:.0f} MiB with 5 ({peaks[5] / peaks[1]:.2f}x; target: <= 1.2x plus "
+        f"the 4 more rows of each of its {args.large * 4:,} evaluations)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--small", type=int, default=40, help="cases in the small corpus")
     parser.add_argument("--large", type=int, default=400, help="cases in the large corpus")
     parser.add_argument("--repeats", type=int, default=3, help="runs per point; the best counts")
+    parser.add_argument("--trials-only", action="store_true", help="time the trials alone")
     args = parser.parse_args()
+    if args.trials_only:
+        with tempfile.TemporaryDirectory() as tmp:
+            trials(args, Path(tmp))
+        return
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
