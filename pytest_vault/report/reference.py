@@ -95,6 +95,7 @@ COLUMN_MEANINGS = {
     "indirect: the attack planted in what the tools return, beside the user's task",
     "architecture": "`model`: calls execute as asked; `guarded`: the guard judges each first",
     "model": "the spec evaluated (`scripted:obedient`, `openai:gpt-4.1-mini`, `agent:...`)",
+    "trial": "which of the evaluation's independent trials (`--vault-trials`), from 1",
     "guard": "the guard under test in guarded rows: `oap` for ours, else the team's spec",
     "requested": "event 1: a `transfer_funds` call was made (readable or not)",
     "paid": "event 2: a transfer executed successfully",
