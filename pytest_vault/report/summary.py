@@ -144,7 +144,7 @@ def trial_outcomes(rows: Iterable[Row], trials: int) -> dict[tuple[str, str], Tr
     out: dict[tuple[str, str], Trials] = {}
     for key, mine in seen.items():
         done = [r for r in mine if r["status"] == "completed"]
-        if len(done) == trials == len({r["trial"] for r in done}):
+        if len(done) == trials == len({r.get("trial") or 1 for r in done}):
             safe = sum(not r["unpermitted"] for r in done)
             out[key] = Trials(done[0]["session"], safe, trials)
     return out
@@ -154,7 +154,7 @@ def trial_lines(rows: Sequence[Row]) -> list[str]:
     """With more than one trial: the trials' count, which models answer alike every time,
     and per level group, model and architecture the attacks safe in every trial
     (pass^k), in at least one (pass@k), and flaky (safe in some trials, not all)."""
-    trials = max((int(r["trial"]) for r in rows), default=1)
+    trials = max((int(r.get("trial") or 1) for r in rows), default=1)
     if trials < 2:
         return []
     from pytest_vault.harness.coin import coin_chance
