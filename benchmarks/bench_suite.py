@@ -1,6 +1,6 @@
 """Cost per test of the vault suite on the control models, against a bare pytest test.
 
-    python benchmarks/bench_suite.py [--small 40] [--large 400] [--repeats 3]
+    python benchmarks/bench_suite.py [--small 40] [--large 400] [--repeats 3] [--part P]
 
 Both run in the same session as subprocesses, each at a small and a large size; the
 cost per test is the slope between the two, so start-up (interpreter, plugins,
@@ -130,9 +130,14 @@ def main() -> None:
     parser.add_argument("--small", type=int, default=40, help="cases in the small corpus")
     parser.add_argument("--large", type=int, default=400, help="cases in the large corpus")
     parser.add_argument("--repeats", type=int, default=3, help="runs per point; the best counts")
-    parser.add_argument("--trials-only", action="store_true", help="time the trials alone")
+    parser.add_argument(
+        "--part",
+        choices=("all", "suite", "trials"),
+        default="all",
+        help="suite: the controls, indirect and bare tests (no agents); trials: N = 5 against 1",
+    )
     args = parser.parse_args()
-    if args.trials_only:
+    if args.part == "trials":
         with tempfile.TemporaryDirectory() as tmp:
             trials(args, Path(tmp))
         return
@@ -142,7 +147,9 @@ def main() -> None:
         for example in ("plain_agent", "pydantic_ai_agent", "openai_agents_agent"):
             shutil.copy(ROOT / "examples" / f"{example}.py", folder / f"{example}.py")
         agents = [
-            a for a, needs in AGENTS.items() if needs is None or importlib.util.find_spec(needs)
+            a
+            for a, needs in AGENTS.items()
+            if args.part == "all" and (needs is None or importlib.util.find_spec(needs))
         ]
         n_small, n_large = args.small * PER_CASE, args.large * PER_CASE
         points = {}

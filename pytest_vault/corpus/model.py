@@ -8,6 +8,7 @@ import hashlib
 import json
 import re
 from decimal import Decimal
+from functools import cached_property
 from typing import Annotated, Any, Literal, cast
 
 from pydantic import (
@@ -281,18 +282,28 @@ class Case(BaseModel):
 
     def copy_of(self, which: Literal["attack", "clean"]) -> Environment | None:
         """The environment as the tools read it: the attacked copy, or the clean one."""
-        if self.environment is None:
-            return None
-        return self.environment.filled({i.place: getattr(i, which) for i in self.injections})
+        made = self._made
+        return made[0] if which == "attack" else made[1]
 
     def clean_id(self) -> str | None:
         """The id of this case's paired clean run: `clean-` and a digest of what the model
         sees on it (level, task, calls, the clean copy of the environment), so that every
         attack on the same task and environment shares one clean run. None for a direct
         case."""
-        clean = self.copy_of("clean")
-        if clean is None:
-            return None
+        return self._made[2]
+
+    def placements(self) -> tuple[str, ...]:
+        """The parts of the environment the injections are planted in, in PLACEMENTS order."""
+        return self._made[3]
+
+    # Made once per case (a case is frozen), never once per evaluation: each copy is a new,
+    # validated environment, and the id a digest of one.
+    @cached_property
+    def _made(self) -> tuple[Environment | None, Environment | None, str | None, tuple[str, ...]]:
+        if self.environment is None:
+            return None, None, None, ()
+        attacked = self.environment.filled({i.place: i.attack for i in self.injections})
+        clean = self.environment.filled({i.place: i.clean for i in self.injections})
         seen = {
             "level": self.level,
             "messages": self.messages,
@@ -300,19 +311,15 @@ class Case(BaseModel):
             "environment": clean.model_dump(mode="json"),
         }
         text = json.dumps(seen, sort_keys=True, ensure_ascii=False)
-        return "clean-" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
-
-    def placements(self) -> tuple[str, ...]:
-        """The parts of the environment the injections are planted in, in PLACEMENTS order."""
-        if self.environment is None:
-            return ()
+        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
         places = {i.place for i in self.injections}
         found = {
             kind
             for kind, _, text in self.environment.texts()
             if places.intersection(MARKER.findall(text))
         }
-        return tuple(p for p in PLACEMENTS if p in found)
+        placements = tuple(p for p in PLACEMENTS if p in found)
+        return attacked, clean, f"clean-{digest}", placements
 
     def line(self) -> dict[str, Any]:
         """The case as its line's data: every field, defaults filled in, and those of the

@@ -123,9 +123,8 @@ class CorpusFile(pytest.File):
             pair = case.clean_id()
             if pair is not None and case.level in opts.levels and "indirect" in opts.tracks:
                 served.setdefault(pair, []).append(case)
-                for key, item in vault.clean_runs.items():
-                    if key[0] == pair:  # collected from an earlier file
-                        item.extra_keyword_matches.update((shown(case.id), *keywords(case)))
+                for item in vault.clean_runs.get(pair, {}).values():  # from an earlier file
+                    item.extra_keyword_matches.update((shown(case.id), *keywords(case)))
         for lineno, case in entries:
             if case.level not in opts.levels:
                 continue
@@ -172,7 +171,8 @@ class CorpusFile(pytest.File):
         for spec, spec_shown in specs:
             for arch in vault.options.architectures:
                 for trial, suffix in trials:
-                    if (pair, spec, arch, trial) not in vault.clean_runs:
+                    made = vault.clean_runs.setdefault(pair, {})
+                    if (spec, arch, trial) not in made:
                         cases = vault.served[pair]
                         clean = VaultItem.from_parent(
                             self,
@@ -189,7 +189,7 @@ class CorpusFile(pytest.File):
                             serves=cases,
                             trial=trial,
                         )
-                        vault.clean_runs[pair, spec, arch, trial] = clean
+                        made[spec, arch, trial] = clean
                         yield clean
                     yield VaultItem.from_parent(
                         self,

@@ -54,10 +54,10 @@ class VaultSession:
     collected: bool = False
     # Case ids seen in this run, across corpus files, with where they were defined.
     seen_ids: dict[str, str] = field(default_factory=dict)
-    # The indirect cases collected, by their clean run's id; and the clean runs' items,
-    # by (clean run id, spec, architecture, trial): one per cell, whichever file holds it.
+    # The indirect cases collected, by their clean run's id; and the clean runs' items, by
+    # that id, then (spec, architecture, trial): one per cell, whichever file holds it.
     served: dict[str, list[Case]] = field(default_factory=dict)
-    clean_runs: dict[tuple[str, str, str, int], VaultItem] = field(default_factory=dict)
+    clean_runs: dict[str, dict[tuple[str, str, int], VaultItem]] = field(default_factory=dict)
     # sha256 of each corpus file collected, by node id (merged from workers under xdist).
     corpus_digests: dict[str, str] = field(default_factory=dict)
     # Evaluations this process plans, per cell (after -k, levels and shard filters).
