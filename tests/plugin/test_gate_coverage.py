@@ -201,3 +201,23 @@ def test_the_regressed_cases_are_listed_and_all_written_out(
             "incomplete": 0,
         }
     ]
+
+
+def test_a_changed_passport_is_named_and_compared_as_a_policy_change(
+    pytester: pytest.Pytester, corpus: None
+) -> None:
+    from pytest_vault.guard.folder import SHIPPED
+
+    path = baseline(pytester)
+    folder = pytester.mkdir("passports")
+    for f in SHIPPED.iterdir():
+        (folder / f.name).write_bytes(f.read_bytes())
+    level_2 = json.loads((folder / "level-2.json").read_text())
+    level_2["limits"]["payments.charge"]["allowed_merchant_ids"].append("thief0@x.test")
+    (folder / "level-2.json").write_text(json.dumps(level_2))
+    result = pytester.runpytest(
+        REFERENCE, *QUIET, *ALONE, f"--vault-baseline={path}", "--vault-passports=passports"
+    )
+    lines = gate_lines(result)
+    assert "differs: level 2's passport differs (a policy change: compared as such)" in lines
+    assert lines[-1] == "No regression against baseline" and result.ret == 0

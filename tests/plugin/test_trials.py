@@ -188,3 +188,12 @@ def test_the_same_rows_serially_with_two_workers_and_merged_from_shards(
     for k in (1, 2):
         held = rows(f"s{k}.parquet")
         assert len({(r[0], r[1]) for r in held}) * 3 == len(held)
+
+
+def test_the_plan_counts_every_trial(pytester: pytest.Pytester, corpus: None) -> None:
+    plans = {
+        n: json.loads(run(pytester, f"--vault-trials={n}", "--vault-plan=json").stdout.str())
+        for n in (1, 4)
+    }
+    assert [p["evaluations"] for p in plans[1]] == [12]
+    assert [p["evaluations"] for p in plans[4]] == [48]
