@@ -24,13 +24,13 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from pytest_vault.core.text import json_text
 from pytest_vault.corpus.model import Case
 from pytest_vault.guard.engine import TRANSFER_TOOL, Unreadable, read_transfer, to_minor
 from pytest_vault.harness.agent import Evaluation
-from pytest_vault.harness.bank import CallRecord
+from pytest_vault.harness.bank import CallRecord, jsonable
 from pytest_vault.harness.judges import Verdict, verdicts_json
 
 # What each test records with record_property (and so in JUnit XML).
@@ -123,6 +123,13 @@ ROW = (
     Column("observed", "bool", older=True),
     Column("attributable_request", "bool", older=True),
     Column("attributable_paid", "bool", older=True),
+    # Where the case is: `FILE:LINE` of its corpus line (the file as the test's node id
+    # names it), for reports that point at it (SARIF).
+    Column("source", "str", older=True),
+    # The conversation, as JSON (`transcript_json`): kept for the evaluations a reader
+    # must see (a violation, an unpermitted transfer, an error), null for the others
+    # unless every one is kept (`--vault-transcripts all`).
+    Column("transcript", "str", older=True),
 )
 COLUMNS = tuple(c.name for c in ROW)
 assert set(RECORDED) <= set(COLUMNS)
@@ -238,12 +245,41 @@ INDIRECT_COLUMNS = (
 )
 
 
+def transcript_json(ev: Evaluation) -> str:
+    """The conversation as the model had it, in order: each user message, each model turn
+    with its text and tool calls (their arguments as sent), each tool answer. The guard's
+    decisions and what executed are the call log's (`tool_calls`), in the same order."""
+    messages = []
+    for m in ev.transcript:
+        entry: dict[str, Any] = {"role": m.role, "text": m.content}
+        if m.tool_calls:
+            entry["calls"] = [
+                {"id": c.id, "name": c.name, "arguments": jsonable(c.arguments)}
+                for c in m.tool_calls
+            ]
+        if m.tool_call_id is not None:
+            entry["call_id"] = m.tool_call_id
+        if m.is_error:
+            entry["is_error"] = True
+        messages.append(entry)
+    return json_text(messages)
+
+
+# Which evaluations keep their transcript: "failures" (a violation, an unpermitted
+# transfer, an error: what a reader must see) or "all".
+Transcripts = Literal["failures", "all"]
+
+
 def row(
-    ev: Evaluation, guard: str = "oap", verdicts: Mapping[str, Verdict] | None = None
+    ev: Evaluation,
+    guard: str = "oap",
+    verdicts: Mapping[str, Verdict] | None = None,
+    transcripts: Transcripts = "failures",
 ) -> dict[str, Any]:
     """The results row; `guard` names the guard under test in the guarded architecture;
     `verdicts` are the judges' (None: no judge ran), recorded beside the events. A clean
-    run's row is its pair's (`attack_id` the clean run's id), a benign run of the task."""
+    run's row is its pair's (`attack_id` the clean run's id), a benign run of the task.
+    `transcripts`: whose conversation the row keeps."""
     transfers = [r for r in ev.log if r.name == TRANSFER_TOOL]
     executed = [r for r in transfers if r.executed]
     guarded = ev.architecture == "guarded"
@@ -251,7 +287,7 @@ def row(
     denied = [d for d in decided if not d.allow]
     indirect = _indirect(ev)
     clean = indirect["clean"] is True
-    return {
+    out = {
         "attack_id": indirect["pair"] if clean else ev.case.id,
         "session": ev.case.session,
         "level": ev.case.level,
@@ -287,7 +323,13 @@ def row(
         "attacker_strategy": ev.attacker_strategy,
         "judge_verdicts": None if verdicts is None else verdicts_json(verdicts),
         **indirect,
+        "source": None,  # the session knows the case's line
+        "transcript": None,
     }
+    failed = out["violation"] or out["unpermitted"] or ev.status == "error"
+    if transcripts == "all" or (failed and ev.status != "not_run"):
+        out["transcript"] = transcript_json(ev)
+    return out
 
 
 # One cell of a clean run: its pair, model, architecture and trial (the level is in the

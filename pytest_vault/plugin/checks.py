@@ -183,6 +183,7 @@ def options_of(config: pytest.Config) -> Options:
         sample_benign=get("vault_sample_benign"),
         seed=get("vault_seed"),
         trials=get("vault_trials"),
+        transcripts=get("vault_transcripts"),
         baseline=_path(get("vault_baseline")),
         baseline_model=get("vault_baseline_model"),
         baseline_any_corpus=get("vault_baseline_any_corpus"),

@@ -241,8 +241,16 @@ class VaultItem(pytest.Item):
 
     @property
     def job(self) -> Job:
+        source = f"{self.nodeid.partition('::')[0]}:{self.lineno}"
         return Job(
-            self.nodeid, self.case, self.spec, self.track, self.architecture, self.copy, self.trial
+            self.nodeid,
+            self.case,
+            self.spec,
+            self.track,
+            self.architecture,
+            self.copy,
+            self.trial,
+            source,
         )
 
     def runtest(self) -> None:

@@ -301,6 +301,14 @@ OPTIONS: tuple[Option, ...] = (
         metavar="M",
     ),
     Option(
+        "--vault-transcripts",
+        "which evaluations keep their conversation in the results (and the HTML report): "
+        "failures (a forbidden transfer, an unpermitted one, an error) or all",
+        choice("failures", "all"),
+        metavar="failures|all",
+        default="failures",
+    ),
+    Option(
         "--vault-trials",
         "run every evaluation N times, as independent trials (their own requests; trial 1 "
         "is the request a run of one trial makes): for models that answer differently each "

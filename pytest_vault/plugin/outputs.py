@@ -85,6 +85,17 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return  # nothing ran: nothing is written
     # Every row is in (the workers' too): each attacked run meets its clean run.
     vault.store.attribute()
+    # The gate first: its verdict is the reports' too.
+    baseline = config.stash.get(BASELINE, None)
+    gate = None
+    if baseline is not None and vault.store:
+        from pytest_vault.report.baseline import compare, verdict_line
+
+        opts = vault.options
+        gate = config.stash[GATE] = compare(
+            vault.store.results(), baseline, metadata=metadata(vault), subset=opts.baseline_subset
+        )
+        vault.gate_verdict = verdict_line(gate)
     # The results file is written from the rows a row group at a time; one table of
     # them, made a column at a time, serves the other writers. Never a list of the
     # run's rows as dicts.
@@ -106,13 +117,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             vault.unwritten[option] = path
             said = f"{option} {shown(path)}: cannot write: {shown(reason(exc))}"
             stream(config, "stderr", f"ERROR: {said}\n")
-    baseline = config.stash.get(BASELINE, None)
-    if baseline is not None and store:
-        from pytest_vault.report.baseline import EXIT_REGRESSION, compare
+    if gate is not None:
+        from pytest_vault.report.baseline import EXIT_REGRESSION
 
-        gate = config.stash[GATE] = compare(
-            store.results(), baseline, metadata=metadata(vault), subset=opts.baseline_subset
-        )
         if opts.baseline_out is not None:
             _write_gate(config, gate, opts.baseline_out)
         # Like syrupy's unused snapshots: the run fails even when every test passed.

@@ -36,6 +36,8 @@ def metadata(vault: VaultSession) -> dict[str, Any]:
         "planned_run": dict(sorted(vault.planned_run.items())),
         "sample": vault.sample,
         "trials": opts.trials,
+        # The baseline gate's verdict, when one ran (before the outputs are written).
+        "gate": vault.gate_verdict,
         "attacker": None
         if opts.attacker is None
         else {

@@ -90,6 +90,8 @@ class VaultSession:
     _properties: dict[tuple[str, type, object], tuple[str, object]] = field(default_factory=dict)
     # Answers the cache could not store, per xdist worker (controller): count, a reason.
     unstored: dict[str, tuple[int, str | None]] = field(default_factory=dict)
+    # The baseline gate's verdict line, once it ran (the reports open with it).
+    gate_verdict: str | None = None
     # Outputs that could not be written at the end, by option (said in one line each).
     unwritten: dict[str, Path] = field(default_factory=dict)
     # The ids of exported finds whose text no corpus line could hold exactly (repaired,
@@ -318,7 +320,8 @@ class VaultSession:
                 copy=job.copy,
                 trial=job.trial,
             )
-        result = row(ev, self.guard_spec, await self._judged(ev))
+        result = row(ev, self.guard_spec, await self._judged(ev), opts.transcripts)
+        result["source"] = job.source
         result["cost_usd"] = self.spend.cost(
             job.spec, ev.usage.input_tokens, ev.usage.output_tokens
         )

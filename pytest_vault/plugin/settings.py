@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from pytest_vault.corpus.model import Case
     from pytest_vault.harness.agent import Copy, Track
     from pytest_vault.harness.bank import Architecture
+    from pytest_vault.harness.events import Transcripts
     from pytest_vault.models.specs import Spec
 
 
@@ -52,6 +53,8 @@ class Options:
     seed: int = 0
     # Each evaluation this many times, as independent trials (`--vault-trials`).
     trials: int = 1
+    # Which evaluations keep their conversation (`--vault-transcripts`).
+    transcripts: Transcripts = "failures"
     # The last release's results, to gate against at the end.
     baseline: Path | None = None
     baseline_model: str | None = None
@@ -105,3 +108,5 @@ class Job:
     architecture: Architecture
     copy: Copy = "attack"
     trial: int = 1
+    # The case's corpus line, `FILE:LINE`, as the test's node id names the file.
+    source: str | None = None

@@ -12,7 +12,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, NamedTuple, NotRequired
+from typing import Annotated, Any, Literal, NamedTuple, NotRequired
 
 import numpy as np
 import pyarrow as pa
@@ -307,6 +307,8 @@ class Metadata(BaseModel):
     pytest_vault_version: StrictStr | None = None
     sample: SampleRecord | None = None  # files before samples: no sample, the run in full
     attacker: AttackerRecord | None = None  # no adaptive track (and files before it)
+    trials: Annotated[StrictInt, Field(ge=1)] = 1  # files before trials: one each
+    gate: StrictStr | None = None  # the baseline gate's verdict line, when one ran
 
     @field_validator("shard", mode="before")
     @classmethod
@@ -439,6 +441,7 @@ def check_table(table: pa.Table, version: int = VERSION) -> pa.Table:
             raise ResultsError(f"{_row(row)}: {c.name}: missing on an {c.track} row")
     _check_calls(table["tool_calls"])
     _check_verdicts(table)
+    _check_transcripts(table)
     return table
 
 
@@ -704,6 +707,55 @@ def read_verdicts(raw: str | None) -> dict[str, JudgeVerdict] | None:
                 f"judge_verdicts.{shown(spec)}.verdict: {got} is not one of {', '.join(VERDICTS)}"
             )
     return verdicts
+
+
+class TranscriptCall(TypedDict):
+    """A tool call a model turn made, as `harness.events.transcript_json` writes it."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
+
+    id: StrictStr
+    name: StrictStr
+    arguments: Any
+
+
+class TranscriptEntry(TypedDict):
+    """One message of a `transcript`: every key of the harness's, nothing else."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
+
+    role: Literal["user", "assistant", "tool"]
+    text: StrictStr
+    calls: NotRequired[list[TranscriptCall]]
+    call_id: NotRequired[StrictStr]
+    is_error: NotRequired[StrictBool]
+
+
+_TRANSCRIPT = TypeAdapter(list[TranscriptEntry])
+
+
+def read_transcript(raw: str | None) -> list[TranscriptEntry] | None:
+    """A `transcript` value (null: not kept), or a `ResultsError` naming the problem."""
+    if raw is None:
+        return None
+    try:
+        return _TRANSCRIPT.validate_python(read_json(raw))
+    except ResultsError as exc:
+        raise ResultsError(f"transcript: {exc}") from None
+    except ValidationError as exc:
+        raise ResultsError(f"transcript: {describe(exc).removeprefix('(root): ')}") from None
+
+
+def _check_transcripts(table: pa.Table) -> None:
+    """Each kept transcript of the column's shape (the first bad row named)."""
+    column = table["transcript"]
+    kept = pc.invert(pc.is_null(column))
+    for raw in pc.unique(column.filter(kept)).to_pylist():
+        try:
+            read_transcript(raw)
+        except ResultsError as exc:
+            row = _first(pc.equal(column, pa.scalar(raw, pa.string())))
+            raise ResultsError(f"{_row(row or 0)}: {exc}") from None
 
 
 def _check_verdicts(table: pa.Table) -> None:
