@@ -104,8 +104,13 @@ def _optional(text: str | None) -> str:
     return "null" if text is None else _quote(text)
 
 
+def _reason(r: Reason) -> str:
+    rule = "" if r.rule is None else f',"rule":{_quote(r.rule)}'
+    return f'{{"code":{_quote(r.code)},"message":{_quote(r.message)}{rule}}}'
+
+
 def _reasons(reasons: tuple[Reason, ...]) -> str:
-    return ",".join([f'{{"code":{_quote(r.code)},"message":{_quote(r.message)}}}' for r in reasons])
+    return ",".join([_reason(r) for r in reasons])
 
 
 def decision_json(

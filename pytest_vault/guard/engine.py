@@ -28,6 +28,7 @@ from pytest_vault.core.text import BLANK, shown, visible
 
 # Re-exported: `engine.MINOR_DIGITS` is where the guard's readers have always found it.
 from pytest_vault.guard.money import MINOR_DIGITS as MINOR_DIGITS
+from pytest_vault.guard.money import Money
 from pytest_vault.guard.passport import ASSURANCE_RANK, CHARGE, WILDCARD, ChargeLimits, Passport
 
 POLICY_ID = "finance.payment.charge.v1"
@@ -70,6 +71,57 @@ REASON_CODES = (
     APPROVAL_CODE_MISSING,
 )
 
+# The rule behind each reason (`Reason.rule`): several rules share a code (three deny with
+# `oap.limit_exceeded`), and the rule says which one it was. The pack's own rule names
+# (its `evaluation_rules`, else its `enforcement` keys) where it has one.
+RULE_STATUS = "passport_status_active"
+RULE_EXPIRY = "passport_not_expired"
+RULE_CAPABILITY = "capability_granted"
+RULE_ASSURANCE = "assurance_minimum"
+RULE_APPROVAL = "approval_required"
+RULE_CONTEXT = "context_readable"
+RULE_KEY_REQUIRED = "idempotency_required"
+RULE_CURRENCY = "currency_supported"
+RULE_PER_TX = "per_tx_amount_cap"
+RULE_ITEMS = "item_count_cap"
+RULE_MERCHANT = "merchant_allowed"
+RULE_REGION = "region_in"
+RULE_COUNTRY = "country_allowed"
+RULE_CATEGORY = "category_block"
+RULE_APPROVAL_CODE = "x_vault_memo_approval_code"
+RULE_DAILY = "daily_cap_check"
+RULE_KEY_USED = "idempotency_check"
+RULE_EVALUATION = "evaluation"
+
+# Each code and the rules that deny with it, in the order the engine judges them.
+CODE_RULES: dict[str, tuple[str, ...]] = {
+    INVALID_CONTEXT: (RULE_CONTEXT, RULE_KEY_REQUIRED),
+    EVALUATION_ERROR: (RULE_EVALUATION,),
+    PASSPORT_SUSPENDED: (RULE_STATUS,),
+    PASSPORT_EXPIRED: (RULE_EXPIRY,),
+    UNKNOWN_CAPABILITY: (RULE_CAPABILITY,),
+    ASSURANCE_INSUFFICIENT: (RULE_ASSURANCE,),
+    APPROVAL_REQUIRED: (RULE_APPROVAL,),
+    CURRENCY_UNSUPPORTED: (RULE_CURRENCY,),
+    LIMIT_EXCEEDED: (RULE_PER_TX, RULE_ITEMS, RULE_DAILY),
+    MERCHANT_FORBIDDEN: (RULE_MERCHANT,),
+    REGION_BLOCKED: (RULE_REGION, RULE_COUNTRY),
+    CATEGORY_BLOCKED: (RULE_CATEGORY,),
+    IDEMPOTENCY_CONFLICT: (RULE_KEY_USED,),
+    APPROVAL_CODE_MISSING: (RULE_APPROVAL_CODE,),
+}
+# Codes that do not say by themselves which rule denied.
+SHARED_CODES = frozenset(code for code, rules in CODE_RULES.items() if len(rules) > 1)
+# The rule a denial made elsewhere (`deny(code, message)`) has when it names none.
+_DEFAULT_RULE = {INVALID_CONTEXT: RULE_CONTEXT, EVALUATION_ERROR: RULE_EVALUATION}
+
+
+def label(code: str, rule: str | None) -> str:
+    """A code as people read it: `oap.limit_exceeded[daily_cap_check]` where the code is
+    shared by several rules, else the code alone."""
+    return f"{code}[{rule}]" if rule is not None and code in SHARED_CODES else code
+
+
 # The Level 4 audit code: `APC-YYYY-NNNN`, as a whole token of the memo.
 # A whole token: no letter, digit (of any script), underscore or hyphen either side, and
 # no combining mark after it (`APC-2026-0001\u0661`, `x_APC-2026-0001` are not codes).
@@ -108,9 +160,19 @@ _SCALE: tuple[int, ...] = tuple(10**d for d in range(max(MINOR_DIGITS.values()) 
 class Reason(NamedTuple):
     code: str
     message: str
+    # Which rule denied (see CODE_RULES); None for `oap.allowed` and for reasons made
+    # outside the engine (a team's own guard).
+    rule: str | None = None
 
     def to_dict(self) -> dict[str, str]:
-        return {"code": self.code, "message": self.message}
+        out = {"code": self.code, "message": self.message}
+        if self.rule is not None:
+            out["rule"] = self.rule
+        return out
+
+    @property
+    def label(self) -> str:
+        return label(self.code, self.rule)
 
 
 class Transfer(NamedTuple):
@@ -165,8 +227,13 @@ _new = tuple.__new__
 _MISSING = object()
 
 
-def deny(code: str, message: str, transfer: Transfer | None = None) -> Decision:
-    return _new(Decision, (False, (_new(Reason, (code, message)),), transfer))
+def deny(
+    code: str, message: str, transfer: Transfer | None = None, rule: str | None = None
+) -> Decision:
+    """A denial for one reason; without a rule, the code's usual one (an unreadable
+    context, an evaluation error), if it has one."""
+    reason = (code, message, rule or _DEFAULT_RULE.get(code))
+    return _new(Decision, (False, (_new(Reason, reason),), transfer))
 
 
 _ALLOW_REASON = (Reason(ALLOWED, "Transaction within limits and policy requirements"),)
@@ -546,16 +613,36 @@ def utc_day(instant: object) -> date:
     return instant.astimezone(UTC).date()
 
 
-_OVER_TX = (Reason(LIMIT_EXCEEDED, "Amount exceeds per-transaction limit"),)
-_OVER_ITEMS = (Reason(LIMIT_EXCEEDED, "Item count exceeds maximum allowed"),)
-_OVER_DAY = (Reason(LIMIT_EXCEEDED, "Daily cap exceeded"),)
-_NO_CODE = (Reason(APPROVAL_CODE_MISSING, "Memo lacks an approval code APC-YYYY-NNNN"),)
-_KEY_USED = (Reason(IDEMPOTENCY_CONFLICT, "Idempotency key already used"),)
-_BLOCKED = (Reason(CATEGORY_BLOCKED, "Item category is blocked"),)
-_COUNTRY = (Reason(REGION_BLOCKED, "Shipping country not allowed"),)
-_NO_KEY = (Reason(INVALID_CONTEXT, "idempotency_key is required by the passport"),)
-_EXPIRED = (Reason(PASSPORT_EXPIRED, "Passport has expired"),)
+_NO_CODE = (
+    Reason(APPROVAL_CODE_MISSING, "Memo lacks an approval code APC-YYYY-NNNN", RULE_APPROVAL_CODE),
+)
+_KEY_USED = (Reason(IDEMPOTENCY_CONFLICT, "Idempotency key already used", RULE_KEY_USED),)
+_NO_KEY = (
+    Reason(INVALID_CONTEXT, "idempotency_key is required by the passport", RULE_KEY_REQUIRED),
+)
+_EXPIRED = (Reason(PASSPORT_EXPIRED, "Passport has expired", RULE_EXPIRY),)
 _REFUSALS_KEPT = 1024
+
+
+def _money(minor: int, currency: str) -> str:
+    """`str(Money(minor, currency))` (`1,000.00 USD`) in integer arithmetic: a refusal
+    over the daily cap words the day's total when it is made."""
+    digits = MINOR_DIGITS.get(currency)
+    if digits is None or minor < 0:
+        return str(Money(minor, currency))
+    whole, part = divmod(minor, _SCALE[digits])
+    return f"{whole:,}.{part:0{digits}d} {currency}" if digits else f"{whole:,} {currency}"
+
+
+def _over_tx(cap: int, currency: str) -> tuple[Reason, ...]:
+    words = f"Amount exceeds the per-transfer limit of {_money(cap, currency)}"
+    return (Reason(LIMIT_EXCEEDED, words, RULE_PER_TX),)
+
+
+def _over_day(cap: int, spent: int, currency: str) -> tuple[Reason, ...]:
+    words = f"Daily cap of {_money(cap, currency)} exceeded: "
+    words += f"{_money(spent, currency)} already allowed today"
+    return (Reason(LIMIT_EXCEEDED, words, RULE_DAILY),)
 
 
 class _Plan:
@@ -567,6 +654,7 @@ class _Plan:
         "blocked",
         "caps",
         "countries",
+        "daily_refusals",
         "expires_at",
         "expires_by",
         "head",
@@ -588,10 +676,10 @@ class _Plan:
         refused = (
             ()
             if status == "active"
-            else (Reason(PASSPORT_SUSPENDED, f"Passport status is {status}"),)
+            else (Reason(PASSPORT_SUSPENDED, f"Passport status is {status}", RULE_STATUS),)
         )
         ungranted = (
-            (Reason(UNKNOWN_CAPABILITY, f"Passport does not grant {CHARGE}"),)
+            (Reason(UNKNOWN_CAPABILITY, f"Passport does not grant {CHARGE}", RULE_CAPABILITY),)
             if limits is None
             else ()
         )
@@ -604,10 +692,11 @@ class _Plan:
         self.expires_by = math.inf if self.expires_at is None else self.expires_at.timestamp()
         self.regions = frozenset(passport.regions)
         self.refusals: dict[str, tuple[Reason, ...]] = {}
+        self.daily_refusals: dict[tuple[str, int], tuple[Reason, ...]] = {}
         head: list[Reason] = []
         if limits is None:  # every decision stops at `void`
             self.key_required = self.anyone = self.memo_code = False
-            self.caps: dict[str, tuple[int, int | None]] = {}
+            self.caps: dict[str, tuple[int, int | None, tuple[Reason, ...]]] = {}
             self.payees = self.countries = self.blocked = frozenset[str]()
             self.max_items: int | None = None
         else:
@@ -616,14 +705,21 @@ class _Plan:
                 ASSURANCE_RANK[limits.require_assurance_at_least],
             )
             if ASSURANCE_RANK[passport.assurance_level] < floor:
-                head.append(Reason(ASSURANCE_INSUFFICIENT, "Assurance level too low"))
+                head.append(
+                    Reason(ASSURANCE_INSUFFICIENT, "Assurance level too low", RULE_ASSURANCE)
+                )
             if limits.approval_required:
                 head.append(
-                    Reason(APPROVAL_REQUIRED, "Charges need a human approval the agent cannot give")
+                    Reason(
+                        APPROVAL_REQUIRED,
+                        "Charges need a human approval the agent cannot give",
+                        RULE_APPROVAL,
+                    )
                 )
             self.key_required = limits.idempotency_required
+            # Each currency's caps, and the reason a call over the per-transfer one gets.
             self.caps = {
-                code: (cap.max_per_tx, cap.daily_cap)
+                code: (cap.max_per_tx, cap.daily_cap, _over_tx(cap.max_per_tx, code))
                 for code, cap in limits.currency_limits.items()
             }
             allowed = limits.allowed_merchant_ids
@@ -653,13 +749,34 @@ class _Plan:
             if len(self.refusals) >= _REFUSALS_KEPT:
                 self.refusals.clear()
             said = (
-                _new(Reason, (MERCHANT_FORBIDDEN, f"Merchant {_show(payee)} not in allowlist")),
+                _new(
+                    Reason,
+                    (
+                        MERCHANT_FORBIDDEN,
+                        f"Merchant {_show(payee)} not in allowlist",
+                        RULE_MERCHANT,
+                    ),
+                ),
             )
             self.refusals[payee] = said
         return said
 
     def item_count(self, items: tuple[Item, ...]) -> tuple[Reason, ...]:
-        return _OVER_ITEMS if self.max_items is not None and len(items) > self.max_items else ()
+        if self.max_items is None or len(items) <= self.max_items:
+            return ()
+        words = f"Item count {len(items)} exceeds the maximum of {self.max_items}"
+        return (Reason(LIMIT_EXCEEDED, words, RULE_ITEMS),)
+
+    def over_day(self, cap: int, spent: int, currency: str) -> tuple[Reason, ...]:
+        """The reason a call over the daily cap is refused, with the day's total so far;
+        kept (a bounded number of them), as an attack repeats its call."""
+        key = (currency, spent)
+        said = self.daily_refusals.get(key)
+        if said is None:
+            if len(self.daily_refusals) >= _REFUSALS_KEPT:
+                self.daily_refusals.clear()
+            said = self.daily_refusals[key] = _over_day(cap, spent, currency)
+        return said
 
     def place(
         self, region: str, country: str | None, items: tuple[Item, ...]
@@ -667,11 +784,17 @@ class _Plan:
         """The region, shipping-country and category rules, in the pack's order."""
         out: tuple[Reason, ...] = ()
         if region not in self.regions:
-            out += (Reason(REGION_BLOCKED, f"Region {_show(region)} not allowed"),)
+            out += (Reason(REGION_BLOCKED, f"Region {_show(region)} not allowed", RULE_REGION),)
         if country is not None and self.countries and country not in self.countries:
-            out += _COUNTRY
-        if any(i.category is not None and i.category in self.blocked for i in items):
-            out += _BLOCKED
+            words = f"Shipping country {_show(country)} not allowed"
+            out += (Reason(REGION_BLOCKED, words, RULE_COUNTRY),)
+        blocked = next(
+            (i.category for i in items if i.category is not None and i.category in self.blocked),
+            None,
+        )
+        if blocked is not None:
+            words = f"Item category {_show(blocked)} is blocked"
+            out += (Reason(CATEGORY_BLOCKED, words, RULE_CATEGORY),)
         return out
 
 
@@ -836,10 +959,13 @@ class Guard:
         cap = plan.caps.get(currency)
         if cap is None:
             reasons += (
-                _new(Reason, (CURRENCY_UNSUPPORTED, f"Currency {currency} is not supported")),
+                _new(
+                    Reason,
+                    (CURRENCY_UNSUPPORTED, f"Currency {currency} is not supported", RULE_CURRENCY),
+                ),
             )
         elif amount > cap[0]:
-            reasons += _OVER_TX
+            reasons += cap[2]
         if items:  # mostly empty: a test is cheaper than the concatenation
             reasons += items
         if not (plan.anyone or payee in plan.payees):
@@ -849,8 +975,9 @@ class Guard:
         if plan.memo_code and (memo is None or _find_code(memo) is None):
             reasons += _NO_CODE
         if cap is not None and cap[1] is not None:
-            if self.ledger.daily.get((today, currency), 0) + amount > cap[1]:
-                reasons += _OVER_DAY
+            spent = self.ledger.daily.get((today, currency), 0)
+            if spent + amount > cap[1]:
+                reasons += plan.over_day(cap[1], spent, currency)
         if key is not None and key in self.ledger.keys:
             reasons += _KEY_USED
         if reasons:

@@ -2,11 +2,17 @@
 
 Each case with `calls` becomes one test, `FILE::ID[decisions]`, that replays its calls in
 order through a guarded bank with a fresh guard under the case's level passport, and
-compares per call the tool, the arguments as written, `allow`, the reason codes and what
-executes against a syrupy snapshot. A corpus file's snapshots live in one file beside it,
-`__snapshots__/<stem>.decisions`: syrupy's amber layout (a block per case, sorted by
-name) holding one JSON line per call (sorted keys, no timestamps, every character that is
-not printable escaped, so hostile text can neither break the file nor a terminal).
+compares per call the tool, the arguments as written, `allow`, what executes and the
+reasons (each code with the rule that gave it) against a syrupy snapshot. A corpus file's
+snapshots live in one file beside it, `__snapshots__/<stem>.decisions`: syrupy's amber
+layout (a block per case, sorted by name) holding one JSON object per call over three
+lines: the call, the decision, the reasons. So a diff that changes only the reasons is
+visibly that: its decision line is unchanged. No timestamps; every character that is not
+printable escaped, so hostile text can neither break the file nor a terminal.
+
+A run with changed decisions ends with a summary of them, its first line the verdict
+(`policy.verdict`): newly allowed calls by level, newly denied, then the reason-only
+changes counted by change of reasons (listed with `-v`).
 
 Syrupy's own unused detection guesses which snapshots a partial run "should" have used
 (by name prefixes and `-k` text), and treats only `.py` files as owners. Here it is exact
@@ -64,6 +70,8 @@ class DecisionState:
     files: dict[Path, CorpusSnapshots] = field(default_factory=dict)
     collection_failed: bool = False
     all_selected: bool = False  # no decision test of the session was deselected
+    # What the failed decision tests found changed (from their reports: xdist too).
+    changed: list[dict[str, Any]] = field(default_factory=list)
 
     def orphans(self, corpus: Path, stored: set[str]) -> set[str]:
         """Snapshots of `corpus` whose case is gone; none unless that is certain."""
@@ -115,6 +123,20 @@ class DecisionHooks:
         for snapshots in self.state.files.values():
             snapshots.complete = snapshots.nodeids <= selected
         self.state.all_selected = all(s.complete for s in self.state.files.values())
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when != "call":  # each phase's report carries the test's properties
+            return
+        for name, value in report.user_properties:
+            if name == CHANGED and isinstance(value, dict):
+                self.state.changed.append({**value, "nodeid": report.nodeid})
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.state.changed:
+            verbose = self.config.get_verbosity() > 0
+            terminalreporter.write_sep("=", "vault decisions")
+            for text in summary(self.state.changed, verbose=verbose):
+                terminalreporter.write_line(text)
 
 
 def deselect_levels(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -176,6 +198,7 @@ def decisions(snapshot: SnapshotAssertion, request: pytest.FixtureRequest) -> No
     assertion = snapshot.use_extension(DecisionExtension)
     matched = assertion == decide(item.case, passport)  # recorded by syrupy, either way
     if not matched:
+        item.user_properties.append((CHANGED, found(item, assertion)))
         pytest.fail(explain(item, assertion), pytrace=False)
 
 
@@ -190,14 +213,20 @@ def decide(case: Case, passport: Passport) -> list[dict[str, Any]]:
     for index, (call, record) in enumerate(zip(case.calls, bank.log, strict=True)):
         decision = record.decision  # None: a tool the guard does not judge
         executes = record.transfer if record.executed else None
+        reasons = None
+        if decision is not None:
+            reasons = [
+                {"code": r.code} if r.rule is None else {"code": r.code, "rule": r.rule}
+                for r in decision.reasons
+            ]
         out.append(
             {
                 "call": index,
                 "tool": call.name,
                 "arguments": call.arguments,  # as written: exact decimals, or the raw text
                 "allow": None if decision is None else decision.allow,
-                "codes": None if decision is None else list(decision.codes),
                 "executes": None if executes is None else executes.to_dict(),
+                "reasons": reasons,
             }
         )
     return out
@@ -238,15 +267,31 @@ def to_json(value: Any) -> str:
     return _string(f"<{kind.__name__}>")  # nothing a corpus line can hold
 
 
+# Each call's three lines: what was called, what was decided, and why.
+LINES = (("call", "tool", "arguments"), ("allow", "executes"), ("reasons",))
+
+
+def _call_text(call: dict[str, Any]) -> str:
+    """One call over three lines (any other key on a last line of its own, sorted)."""
+    known = {key for keys in LINES for key in keys}
+    rows = [[key for key in keys if key in call] for keys in LINES]
+    rows.append(sorted(key for key in call if key not in known))
+    parts = [", ".join(f"{_string(k)}: {to_json(call[k])}" for k in row) for row in rows if row]
+    return "{" + ",\n   ".join(parts) + "}"
+
+
 def render(calls: list[dict[str, Any]]) -> str:
-    """A case's snapshot: a JSON array, one call per line (so a diff names the call)."""
-    return "[\n" + ",\n".join(f"  {to_json(call)}" for call in calls) + "\n]"
+    """A case's snapshot: a JSON array, each call over three lines (the call, the
+    decision, its reasons), so a diff names the call and shows which of them changed."""
+    return "[\n" + ",\n".join(f"  {_call_text(call)}" for call in calls) + "\n]"
 
 
 class DecisionFile(AmberDataSerializer):
     """Amber's file layout; the version marks this format, so a change taints old files."""
 
-    VERSION = "pytest-vault-decisions-1"
+    VERSION = "pytest-vault-decisions-2"
+    # Version 1 (a line per call, sorted keys, reason codes without their rules).
+    OLDER = ("pytest-vault-decisions-1",)
 
     @classmethod
     def read_file(cls, filepath: str) -> SnapshotCollection:
@@ -341,15 +386,29 @@ def _calls(text: Any) -> list[dict[str, Any]] | None:
     return None
 
 
+def labels(call: dict[str, Any] | None) -> list[str] | None:
+    """A call's reasons as people read them (`oap.limit_exceeded[daily_cap_check]`);
+    None where there are none or they are not reasons (a hand-edited snapshot)."""
+    from pytest_vault.guard.engine import label
+
+    reasons = None if call is None else call.get("reasons")
+    if not isinstance(reasons, list):
+        return None
+    out = []
+    for r in reasons:
+        code, rule = (r.get("code"), r.get("rule")) if isinstance(r, dict) else (None, None)
+        if type(code) is not str or (rule is not None and type(rule) is not str):
+            return None
+        out.append(shown(label(code, rule)))
+    return out
+
+
 def _decision(call: dict[str, Any]) -> str:
-    allow, codes = call.get("allow"), call.get("codes")
+    allow = call.get("allow")
     if allow is None:
         return "not judged"
-    listed = (
-        ", ".join(map(shown, codes))
-        if isinstance(codes, list) and all(type(c) is str for c in codes)
-        else to_json(codes)
-    )
+    said = labels(call)
+    listed = to_json(call.get("reasons")) if said is None else ", ".join(said)
     return f"{'allowed' if allow is True else 'denied'} ({listed})"
 
 
@@ -410,6 +469,13 @@ def explain(item: DecisionItem, assertion: SnapshotAssertion) -> str:
             "review, then accept with --snapshot-update",
         ]
     elif isinstance(result.exception, TaintedSnapshotError):
+        older = _older_format(Path(result.snapshot_location))
+        if older is not None:
+            return (
+                f"{case}: {where} holds decision snapshots of an older format ({older}, "
+                "before reasons named their rule); record it again with --snapshot-update "
+                "under the passports it was reviewed with, then review the change"
+            )
         return (
             f"{case}: {where} cannot be read as decision snapshots (damaged, or written by "
             "another version); review it, then rewrite it with --snapshot-update"
@@ -423,3 +489,112 @@ def explain(item: DecisionItem, assertion: SnapshotAssertion) -> str:
     with colours:
         diff = assertion.get_assert_diff(diff_mode=config.option.diff_mode)
     return "\n".join([*head, "", "snapshot diff (- snapshot, + received):", *diff])
+
+
+def _older_format(path: Path) -> str | None:
+    """The older format a snapshot file is written in, as its first line says; or None."""
+    try:
+        with path.open(encoding="utf-8") as f:
+            first = f.readline()
+    except (OSError, UnicodeDecodeError):
+        return None
+    prefix = "# serializer version: "
+    version = first.removeprefix(prefix).strip() if first.startswith(prefix) else ""
+    return version if version in DecisionFile.OLDER else None
+
+
+# -- the summary of changed decisions ----------------------------------------------------------
+CHANGED = "vault_decisions_changed"
+
+
+def found(item: DecisionItem, assertion: SnapshotAssertion) -> dict[str, Any]:
+    """What one failed decision test found, as plain data (a report carries it to the
+    xdist controller): its level, and each changed call, by kind of change."""
+    result = assertion.executions[assertion.num_executions - 1]
+    old, new = _calls(result.recalled_data), _calls(result.asserted_data)
+    out: dict[str, Any] = {"case": shown(item.case.id), "level": item.case.level, "calls": []}
+    if result.exception is None and result.recalled_data is None:
+        out["kind"] = "new case"
+    elif result.exception is not None or old is None or new is None:
+        out["kind"] = "unreadable"  # a damaged file, an older format, a hand-edited block
+    else:
+        out["kind"] = "changed"
+        lines = iter(changes(old, new))
+        for index in range(max(len(old), len(new))):
+            was = old[index] if index < len(old) else None
+            now = new[index] if index < len(new) else None
+            if was != now:
+                out["calls"].append(
+                    {"kind": _kind(was, now), "line": next(lines), **_codes(was, now)}
+                )
+    return out
+
+
+def _kind(was: dict[str, Any] | None, now: dict[str, Any] | None) -> str:
+    """`allowed` (newly), `denied` (newly), `reasons` (the same decision, other reasons),
+    or `other` (a call made, no longer made or changed; only what executes changed)."""
+    if was is None or now is None or _call(was) != _call(now):
+        return "other"
+    before, after = was.get("allow"), now.get("allow")
+    if before is not True and after is True:
+        return "allowed"
+    if before is True and after is not True:
+        return "denied"
+    return "reasons" if was.get("reasons") != now.get("reasons") else "other"
+
+
+def _codes(was: dict[str, Any] | None, now: dict[str, Any] | None) -> dict[str, Any]:
+    return {"old": labels(was) or [], "new": labels(now) or []}
+
+
+def summary(changed: list[dict[str, Any]], *, verbose: bool = False, most: int = 20) -> list[str]:
+    """The verdict line, then the newly allowed and newly denied calls (each listed, the
+    first `most` of each), the reason-only changes counted by change of reasons (each
+    listed with `verbose`), and the other failures counted."""
+    from pytest_vault.policy.verdict import code_change, collapsed, plural, verdict
+
+    by_kind: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {}
+    cases = {"new case": 0, "unreadable": 0}
+    for test in sorted(changed, key=lambda t: (t["level"], t["nodeid"])):
+        if test["kind"] in cases:
+            cases[test["kind"]] += 1
+        for call in test["calls"]:
+            by_kind.setdefault(call["kind"], []).append((test, call))
+
+    def per_level(kind: str) -> dict[int | None, int]:
+        counts: dict[int | None, int] = {}
+        for test, _ in by_kind.get(kind, []):
+            counts[test["level"]] = counts.get(test["level"], 0) + 1
+        return counts
+
+    reasons = by_kind.get("reasons", [])
+    lines = [verdict(per_level("allowed"), per_level("denied"), len(reasons))]
+    for kind, title in (("allowed", "newly allowed"), ("denied", "newly denied")):
+        listed = by_kind.get(kind, [])
+        if listed:
+            lines.append(f"{title}: {plural(len(listed), 'call')}")
+            for test, call in listed[:most]:
+                lines.append(f"  {shown(test['nodeid'])}: {call['line']}")
+            if len(listed) > most:
+                lines.append(f"  ... and {len(listed) - most:,} more (above, each failure)")
+    if reasons:
+        hint = "" if verbose else "; -v lists each"
+        lines.append(
+            f"reason-only changes: {plural(len(reasons), 'call')}, by change of reasons{hint}"
+        )
+        counts = collapsed(
+            f"Level {t['level']}: {code_change(c['old'], c['new'])}" for t, c in reasons
+        )
+        lines += [f"  {change}: {n:,}" for change, n in counts]
+        if verbose:
+            lines += [f"  {shown(t['nodeid'])}: {c['line']}" for t, c in reasons]
+    other = len(by_kind.get("other", []))
+    rest = [f"{plural(other, 'call')} otherwise changed (made, no longer made, or what executes)"]
+    rest += [
+        f"{cases['new case']:,} cases without a snapshot",
+        f"{cases['unreadable']:,} unreadable",
+    ]
+    counted = [words for words in rest if not words.startswith("0 ")]
+    if counted:
+        lines.append("also: " + "; ".join(counted))
+    return lines

@@ -1,13 +1,20 @@
 """A semantic diff of two passports: what they permit differently, not how their text differs.
 
 Each `Change` names a level, a JSON pointer into the passport, the old and new value and
-an `effect`: `widens` (the field now permits something it did not), `narrows`, or
-`neutral`. The effect is the field's own direction, read with the guard's semantics
+an `effect`: `widens` (a call is newly allowed), `narrows` (newly denied), or `neutral`.
+
+Two steps. `diff_passports` reads each field's own direction with the guard's semantics
 (`"*"` and an empty allowlist both permit anyone; an entry the guard can never match
 permits no one; a currency the guard does not know pays nothing) and the pack's fixed
 rules (the L2 minimum; a transfer is one `funds_transfer` item judged in the passport's
-first region), but none of the passport's other fields: suspending narrows even a
-passport that grants nothing, and the summary says that it changes nothing in effect.
+first region). `review_passports` then settles each change on the engine itself: it
+searches a witness (`witness.py`), a call OLD decides one way and NEW the other, checked
+by running both through a `Guard`. A change with a witness has the witness's effect; one
+that can change no decision, whatever the field's direction (a raised cap above a daily
+cap that binds first, anything in a passport that permits nothing), is `neutral` with the
+reason in `note`; one the search could not decide within its bounds keeps the field's
+direction, `undecided`, and says why. A neutral change is searched too, both ways: a
+witness for it would be a defect of the field rules, and is reported as what it shows.
 
 Fields the guard never reads (ids, owner, metadata, version, creation dates) are not
 part of what a passport permits, so they are not reported.
@@ -18,20 +25,20 @@ from __future__ import annotations
 import re
 import warnings
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
 from pytest_vault.core.errors import reason
+from pytest_vault.core.json import DocumentError, read_json, utf8
 from pytest_vault.core.text import shown
 from pytest_vault.guard.engine import (
     MINOR_DIGITS,
     PACK_MIN_ASSURANCE,
     TRANSFER_CATEGORY,
-    Unreadable,
-    read_transfer,
+    Guard,
 )
 from pytest_vault.guard.folder import passport_files
 from pytest_vault.guard.passport import (
@@ -45,8 +52,16 @@ from pytest_vault.guard.passport import (
     PassportError,
     read_passport,
 )
+from pytest_vault.policy.witness import (
+    Bounds,
+    Effect,
+    Search,
+    Witness,
+    iso,
+    money,
+    unreadable_recipient,
+)
 
-Effect = Literal["widens", "narrows", "neutral"]
 WIDENS: Effect = "widens"
 NARROWS: Effect = "narrows"
 NEUTRAL: Effect = "neutral"
@@ -63,13 +78,26 @@ class Change(NamedTuple):
     new: Any
     effect: Effect
     summary: str
+    # Settled by `review_passports`: the call OLD and NEW decide differently (for a change
+    # of no effect, one whose reasons alone change, where there is one).
+    witness: Witness | None = None
+    # Why a change has no effect on any decision, or why it is undecided.
+    note: str | None = None
+    # The search stopped at its bounds: the effect is the field's own direction.
+    undecided: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return self._asdict()
+        out = self._asdict()
+        out["witness"] = None if self.witness is None else self.witness.to_dict()
+        return out
 
     def line(self) -> str:
         where = "" if self.level is None else f"level {self.level}: "
-        return shown(f"{where}{self.pointer or '(passport)'}: {self.effect}: {self.summary}")
+        effect: str = "no effect" if self.effect == NEUTRAL else self.effect
+        if self.undecided:
+            effect += " (undecided)"
+        note = "" if self.note is None else f"; {self.note}"
+        return shown(f"{where}{self.pointer or '(passport)'}: {effect}: {self.summary}{note}")
 
 
 class _Raw(NamedTuple):
@@ -99,27 +127,13 @@ ALLOWLIST = pointer("limits", CHARGE, "allowed_merchant_ids")
 def never_matches(entry: str) -> str | None:
     """Why the guard can never pay this allowlist entry (it refuses it as a recipient),
     or None: asked of the guard's own reader, so the two cannot disagree."""
-    try:
-        read_transfer({"recipient": entry, "amount": 1})
-    except Unreadable as exc:
-        return str(exc)
-    return None
+    return unreadable_recipient(entry)
 
 
 def quoted(value: object) -> str:
     """A hostile value quoted for people: repr escapes what is not printable."""
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
-
-
-def money(minor: int | None, currency: str) -> str:
-    if minor is None:
-        return "none"
-    digits = MINOR_DIGITS.get(currency)
-    if digits is None:
-        return f"{minor:,} minor units"
-    major = f"{currency} {minor // 10**digits:,}"
-    return f"{major}.{minor % 10**digits:0{digits}d}" if digits else major
 
 
 def _direction(old: float, new: float) -> Effect:
@@ -181,7 +195,7 @@ def _recipients(old: list[str], new: list[str]) -> list[_Raw]:
     return out
 
 
-_NO_SHIPPING = "; transfer_funds calls carry no shipping country: no effect on them"
+_NO_SHIPPING = "; pack contexts only: a transfer_funds call carries no shipping country"
 
 
 def _countries(old: list[str], new: list[str]) -> list[_Raw]:
@@ -206,7 +220,7 @@ def _countries(old: list[str], new: list[str]) -> list[_Raw]:
 def _category_note(category: str) -> str:
     if category == TRANSFER_CATEGORY:
         return "every transfer_funds call is of this category"
-    return f"no effect on transfer_funds calls, whose category is {TRANSFER_CATEGORY}"
+    return f"pack contexts only: a transfer_funds call's category is {TRANSFER_CATEGORY}"
 
 
 def _categories(old: list[str], new: list[str]) -> list[_Raw]:
@@ -333,7 +347,7 @@ def _limits(old: ChargeLimits, new: ChargeLimits) -> list[_Raw]:
             _INF if o_items is None else o_items, _INF if n_items is None else n_items
         )
         words = f"max_items_per_tx {o_items} -> {n_items}"
-        words += "; a transfer_funds call is one item: no effect on them"
+        words += "; pack contexts only: a transfer_funds call is one item"
         out.append(_Raw(f"{CHARGE_LIMITS}/max_items_per_tx", o_items, n_items, effect, words))
     o_req, n_req = old.require_assurance_at_least, new.require_assurance_at_least
     if o_req != n_req:
@@ -384,10 +398,6 @@ def readable_limits(passport: Passport) -> ChargeLimits | None:
 def _expiry(passport: Passport) -> datetime | None:
     """When the guard starts denying as expired: None for never."""
     return None if passport.never_expires else passport.expires_at
-
-
-def iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat().replace("+00:00", "Z")
 
 
 def _expiry_change(old: Passport, new: Passport) -> list[_Raw]:
@@ -474,11 +484,9 @@ def _capabilities(old: Passport, new: Passport) -> list[_Raw]:
     return out
 
 
-_DORMANT = f"; changes nothing in effect: neither passport grants {CHARGE}"
-
-
 def diff_passports(old: Passport, new: Passport, *, level: int | None = None) -> list[Change]:
-    """Every change in what `new` permits compared with `old`, in a fixed order."""
+    """Every change of a field the guard reads, with the field's own direction, in a
+    fixed order (`review_passports` settles each on the engine)."""
     rules = _status(old, new) + _expiry_change(old, new) + _assurance(old, new)
     rules += _regions(old.regions, new.regions)
     o_lim, n_lim = readable_limits(old), readable_limits(new)
@@ -490,15 +498,35 @@ def diff_passports(old: Passport, new: Passport, *, level: int | None = None) ->
         o_dump = None if o_lim is None else o_lim.model_dump()
         n_dump = None if n_lim is None else n_lim.model_dump()
         rules.append(_Raw(CHARGE_LIMITS, o_dump, n_dump, NEUTRAL, words))
-    if not (old.grants(CHARGE) or new.grants(CHARGE)):
-        rules = [r._replace(summary=r.summary + _DORMANT) for r in rules]
     return [Change(level, *change) for change in _capabilities(old, new) + rules]
+
+
+def review_passports(
+    old: Passport, new: Passport, *, level: int | None = None, search: Search | None = None
+) -> list[Change]:
+    """`diff_passports`, each change settled by a witness search on the engine: its
+    witness and effect, or why it has none (see the module docstring)."""
+    search = search or Search(datetime.now(UTC))
+    out = []
+    for change in diff_passports(old, new, level=level):
+        found = search.find(change.pointer, change.old, change.new, change.effect, old, new)
+        w = found.witness
+        if w is not None and w.effect != NEUTRAL:
+            out.append(change._replace(effect=w.effect, witness=w))
+        elif found.no_effect is not None:
+            out.append(change._replace(effect=NEUTRAL, witness=w, note=found.no_effect))
+        elif found.undecided is not None:
+            note = f"no witness: {found.undecided}"
+            out.append(change._replace(witness=w, note=note, undecided=True))
+        else:
+            out.append(change._replace(witness=w))
+    return out
 
 
 # -- files and folders -----------------------------------------------------------------------
 
 
-def _load(path: Path) -> Passport:
+def load_quietly(path: Path) -> Passport:
     # An empty allowlist loads with a warning; the diff says "anyone" itself.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -520,29 +548,72 @@ def level_files(folder: Path) -> dict[int, Path]:
     return dict(sorted(found.items()))
 
 
-def _whole(number: int, name: str, passport: Passport, added: bool) -> Change:
-    grants = passport.grants(CHARGE)
-    what = f"grants {CHARGE}" if grants else f"does not grant {CHARGE}"
-    if added:
-        return Change(
-            number,
-            "",
-            None,
-            name,
-            WIDENS if grants else NEUTRAL,
-            f"level {number} added ({name}): {what}",
+class Pair(NamedTuple):
+    """One level's two passports, loaded and checked comparable."""
+
+    level: int | None
+    old_file: Path
+    new_file: Path
+    old: Passport
+    new: Passport
+
+
+def _spec_version(path: Path) -> object:
+    """The `spec_version` a file states, read before validation; None if it cannot tell."""
+    try:
+        data = read_json(utf8(path.read_bytes()))
+    except (OSError, ValueError, DocumentError):
+        return None
+    return data.get("spec_version") if isinstance(data, dict) else None
+
+
+def _packs(passport: Passport) -> set[str]:
+    """The capabilities the passport configures limits for (each governed by its pack),
+    and payments.charge where it is granted."""
+    return set(passport.limits) | ({CHARGE} if passport.grants(CHARGE) else set())
+
+
+def _pair(level: int | None, old_file: Path, new_file: Path) -> Pair:
+    """Both passports loaded, of one spec version and one pack, and usable by the guard;
+    else a one-line `PassportError` naming the file."""
+    loaded: list[Passport] = []
+    refused: list[PassportError] = []
+    for path in (old_file, new_file):
+        try:
+            loaded.append(load_quietly(path))
+        except PassportError as exc:
+            refused.append(exc)
+    old_version, new_version = _spec_version(old_file), _spec_version(new_file)
+    if old_version is not None and new_version is not None and old_version != new_version:
+        raise PassportError(
+            f"{new_file}: spec_version {shown(repr(new_version))} is not "
+            f"{shown(repr(old_version))} as in {old_file}: compare passports of one spec version"
         )
-    words = f"level {number} removed ({name}, which {what.replace('grants', 'granted')})"
-    return Change(number, "", name, None, NARROWS if grants else NEUTRAL, words)
+    if refused:
+        raise refused[0]
+    old, new = loaded
+    old_packs, new_packs = _packs(old), _packs(new)
+    if old_packs and new_packs and not old_packs & new_packs:
+        raise PassportError(
+            f"{new_file}: configures {', '.join(map(quoted, sorted(new_packs)))}, not "
+            f"{', '.join(map(quoted, sorted(old_packs)))} as {old_file} does: "
+            "compare passports of one pack"
+        )
+    for path, passport in ((old_file, old), (new_file, new)):
+        try:
+            Guard(passport)
+        except Exception as exc:  # noqa: BLE001 - whatever the engine refuses, in one line
+            raise PassportError(
+                f"{path}: the guard cannot use this passport: {type(exc).__name__}: {exc}"
+            ) from None
+    return Pair(level, old_file, new_file, old, new)
 
 
-def diff_paths(old: str | Path, new: str | Path) -> list[Change]:
-    """Diff two passport files, or two folders of `level-N.json` paired by level.
-
-    A level on one side only is a change of the whole passport (pointer ""): adding one
-    that grants payments.charge widens, removing one narrows. Any problem is a one-line
-    `PassportError`.
-    """
+def load_pairs(old: str | Path, new: str | Path) -> list[Pair]:
+    """Two passport files, or two folders of passports paired by level, loaded and checked
+    before anything is compared: each problem is a one-line `PassportError` naming the
+    file (a folder's level the other lacks, a passport of another spec version or pack,
+    one the guard cannot use)."""
     old, new = Path(old), Path(new)
     if old.is_dir() != new.is_dir():
         folder, other = (old, new) if old.is_dir() else (new, old)
@@ -552,18 +623,38 @@ def diff_paths(old: str | Path, new: str | Path) -> list[Change]:
             f"{other}: not a folder like {folder}: compare two files or two folders"
         )
     if not old.is_dir():
-        return diff_passports(_load(old), _load(new))
+        return [_pair(None, old, new)]
     olds, news = level_files(old), level_files(new)
-    changes: list[Change] = []
     for number in sorted(olds.keys() | news.keys()):
+        if number not in olds:
+            raise PassportError(
+                f"{news[number]}: level {number} is not in {old}: the folders' levels must match"
+            )
         if number not in news:
-            changes.append(_whole(number, olds[number].name, _load(olds[number]), added=False))
-        elif number not in olds:
-            changes.append(_whole(number, news[number].name, _load(news[number]), added=True))
-        else:
-            changes += diff_passports(_load(olds[number]), _load(news[number]), level=number)
+            raise PassportError(
+                f"{olds[number]}: level {number} is not in {new}: the folders' levels must match"
+            )
+    return [_pair(n, olds[n], news[n]) for n in sorted(olds)]
+
+
+def diff_paths(
+    old: str | Path,
+    new: str | Path,
+    *,
+    now: datetime | None = None,
+    bounds: Bounds | None = None,
+) -> list[Change]:
+    """Diff two passport files, or two folders of passports paired by level, each change
+    settled by its witness (`review_passports`); `now`: the instant calls are judged at.
+    Any problem with the input is a one-line `PassportError`, before any search."""
+    pairs = load_pairs(old, new)
+    search = Search(now or datetime.now(UTC), bounds)
+    changes: list[Change] = []
+    for pair in pairs:
+        changes += review_passports(pair.old, pair.new, level=pair.level, search=search)
     return changes
 
 
 def any_widen(changes: Iterable[Change]) -> bool:
+    """Whether a change widens: witnessed, or undecided and widening by its field."""
     return any(c.effect == WIDENS for c in changes)

@@ -1,5 +1,5 @@
-"""Passport lint: the mistakes that make a passport fail open, or deny everything, found
-before anything runs.
+"""Passport lint: the mistakes that make a passport fail open, or deny everything, and the
+rules that have no effect or are broader than they look, found before anything runs.
 
 A finding names the file, a JSON pointer, a severity and a code. Errors are what the
 author cannot have meant (an allowlist the published pack reads as "anyone", an entry
@@ -12,10 +12,16 @@ a limit it states but gives the engine nothing to enforce (`never_expires: false
 cap it leaves out (no expiry at all, no `daily_cap`, no `max_items_per_tx`) is a warning,
 since leaving it out may be meant. An optional allowlist left out (`allowed_countries`)
 is no finding: that is how the pack says a passport has no such rule.
+
+A rule of no effect or an over-broad one is a warning at its line, with a witness where
+one exists: a call the engine itself decides, showing it (a transfer within max_per_tx that
+the daily cap below it denies; a payee nobody listed that a "*" beside the names lets
+through; a recipient an entry written like a pattern does not cover).
 """
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
@@ -27,7 +33,14 @@ from pydantic import ValidationError
 from pytest_vault.core.errors import FileError, reason
 from pytest_vault.core.json import DocumentError, Lines, read_json, utf8
 from pytest_vault.core.text import shown
-from pytest_vault.guard.engine import MINOR_DIGITS, PACK_MIN_ASSURANCE, TRANSFER_CATEGORY
+from pytest_vault.guard.engine import (
+    MINOR_DIGITS,
+    PACK_MIN_ASSURANCE,
+    TRANSFER_CATEGORY,
+    TRANSFER_TOOL,
+    Decision,
+    Guard,
+)
 from pytest_vault.guard.passport import (
     ASSURANCE_RANK,
     CHARGE,
@@ -40,14 +53,13 @@ from pytest_vault.guard.passport import (
 from pytest_vault.policy.diff import (
     ALLOWLIST,
     CHARGE_LIMITS,
-    iso,
     level_files,
-    money,
     never_matches,
     parts,
     pointer,
     quoted,
 )
+from pytest_vault.policy.witness import Side, bases, iso, jsonable, money, reasons_of, said
 
 Severity = Literal["error", "warning"]
 
@@ -61,10 +73,13 @@ class Finding(NamedTuple):
     # The line the pointer's field is written on (of the deepest part the file holds), so
     # an editor or a CI annotation can go there; None when the file could not be read.
     lineno: int | None = None
+    # A call the engine decides as the message says (the message quotes it too).
+    witness: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = self._asdict()
         out["line"] = out.pop("lineno")
+        out["witness"] = out.pop("witness")
         return out
 
     def line(self) -> str:
@@ -115,7 +130,42 @@ def _expiry(file: str, passport: Passport, now: datetime) -> list[Finding]:
     return []
 
 
-def _allowlist(file: str, entries: Sequence[str]) -> list[Finding]:
+class _Probe:
+    """Calls to one passport, judged by the engine at `now`: a lint finding's witness."""
+
+    def __init__(self, passport: Passport, now: datetime) -> None:
+        self.passport = passport
+        self.now = now
+        side = Side(passport, "passport")
+        self.bases = bases(side, side)
+
+    def call(self, **change: Any) -> tuple[dict[str, Any], Decision] | None:
+        """The first base call with `change`, and its decision; None if there is none."""
+        if not self.bases:
+            return None
+        args = self.bases[0].call(**change)
+        guard = Guard(self.passport, clock=lambda: self.now)
+        return args, guard.judge_call(TRANSFER_TOOL, args)
+
+    def witness(self, finding: Finding, want: bool, **change: Any) -> Finding:
+        """`finding`, with a call decided `want` (allowed or not) quoted as its witness;
+        as it is where the engine decides otherwise (no witness then)."""
+        probe = self.call(**change)
+        if probe is None or probe[1].allow is not want:
+            return finding
+        args, decision = probe
+        shown_args = json.dumps(jsonable(args), sort_keys=True)
+        words = f"{finding.message}; e.g. {TRANSFER_TOOL} {shown_args} is {said(decision)}"
+        data = {
+            "tool": TRANSFER_TOOL,
+            "arguments": jsonable(args),
+            "allow": decision.allow,
+            "reasons": reasons_of(decision),
+        }
+        return finding._replace(message=words, witness=data)
+
+
+def _allowlist(file: str, entries: Sequence[str], probe: _Probe) -> list[Finding]:
     if not entries:
         words = (
             "EMPTY allowlist: the published pack reads it as 'any recipient' (fail-open); "
@@ -134,14 +184,33 @@ def _allowlist(file: str, entries: Sequence[str]) -> list[Finding]:
         if entry == WILDCARD:
             if len(set(entries)) > 1:
                 words = "'*' permits anyone, so the named entries beside it restrict nothing"
-                out.append(Finding(file, where, "warning", "wildcard-beside-names", words))
+                finding = Finding(file, where, "warning", "wildcard-beside-names", words)
+                stranger = _stranger(entries)
+                out.append(probe.witness(finding, True, recipient=stranger))
         elif (why := never_matches(entry)) is not None:
             words = f"{quoted(entry)} can never match: the guard denies such a recipient ({why})"
             out.append(Finding(file, where, "error", "unmatchable-recipient", words))
+        elif WILDCARD in entry:
+            words = (
+                f"{quoted(entry)} is no pattern: the guard matches recipients exactly ('*' "
+                "alone permits anyone), so it permits only a recipient of exactly that name"
+            )
+            finding = Finding(file, where, "error", "pattern-recipient", words)
+            covered = entry.replace(WILDCARD, "payee")
+            if covered not in entries:
+                finding = probe.witness(finding, False, recipient=covered)
+            out.append(finding)
     return out
 
 
-def _currencies(file: str, limits: ChargeLimits) -> list[Finding]:
+def _stranger(entries: Sequence[str]) -> str:
+    n = 1
+    while (name := f"payee-{n}@witness.example") in entries:
+        n += 1
+    return name
+
+
+def _currencies(file: str, limits: ChargeLimits, probe: _Probe) -> list[Finding]:
     if not limits.currency_limits:
         words = "no currency: every call is denied (oap.currency_unsupported)"
         where = f"{CHARGE_LIMITS}/currency_limits"
@@ -158,10 +227,21 @@ def _currencies(file: str, limits: ChargeLimits) -> list[Finding]:
         elif cap.max_per_tx > cap.daily_cap:
             words = (
                 f"max_per_tx {money(cap.max_per_tx, cur)} is above daily_cap "
-                f"{money(cap.daily_cap, cur)}: the daily cap is the real limit"
+                f"{money(cap.daily_cap, cur)}: the daily cap is the real limit, and "
+                "max_per_tx can never bind"
             )
             where += "/max_per_tx"
-            out.append(Finding(file, where, "warning", "max-above-daily-cap", words))
+            finding = Finding(file, where, "warning", "max-above-daily-cap", words)
+            if cur in MINOR_DIGITS:  # an amount within max_per_tx, over the daily cap
+                finding = probe.witness(finding, False, currency=cur, minor=cap.daily_cap + 1)
+            out.append(finding)
+        elif cap.max_per_tx == cap.daily_cap and cur in MINOR_DIGITS:
+            words = (
+                f"max_per_tx {money(cap.max_per_tx, cur)} equals daily_cap: every amount over "
+                "it is over the daily cap too, so max_per_tx can never decide a call"
+            )
+            where += "/max_per_tx"
+            out.append(Finding(file, where, "warning", "limit-never-binds", words))
     return out
 
 
@@ -185,7 +265,7 @@ def _context_limits(file: str, limits: ChargeLimits) -> list[Finding]:
     return out
 
 
-def _charge(file: str, passport: Passport, limits: ChargeLimits) -> list[Finding]:
+def _charge(file: str, passport: Passport, limits: ChargeLimits, now: datetime) -> list[Finding]:
     out: list[Finding] = []
     required = limits.require_assurance_at_least
     floor = max(ASSURANCE_RANK[PACK_MIN_ASSURANCE], ASSURANCE_RANK[required])
@@ -207,8 +287,19 @@ def _charge(file: str, passport: Passport, limits: ChargeLimits) -> list[Finding
         words = "every call needs a human approval the agent cannot give (oap.approval_required)"
         where = f"{CHARGE_LIMITS}/approval_required"
         out.append(Finding(file, where, "warning", "approval-required", words))
-    out += _allowlist(file, limits.allowed_merchant_ids)
-    out += _currencies(file, limits)
+    if (
+        "require_assurance_at_least" in limits.model_fields_set
+        and ASSURANCE_RANK[limits.require_assurance_at_least] < ASSURANCE_RANK[PACK_MIN_ASSURANCE]
+    ):
+        words = (
+            f"require_assurance_at_least {limits.require_assurance_at_least} can never bind: "
+            f"the pack's minimum {PACK_MIN_ASSURANCE} applies first"
+        )
+        where = f"{CHARGE_LIMITS}/require_assurance_at_least"
+        out.append(Finding(file, where, "warning", "assurance-requirement-never-binds", words))
+    probe = _Probe(passport, now)
+    out += _allowlist(file, limits.allowed_merchant_ids, probe)
+    out += _currencies(file, limits, probe)
     out += _context_limits(file, limits)
     for index, category in enumerate(limits.blocked_categories):
         if category == TRANSFER_CATEGORY:
@@ -247,7 +338,13 @@ def _findings(file: str, passport: Passport, now: datetime) -> list[Finding]:
     out += _expiry(file, passport, now)
     limits = passport.charge_limits
     if limits is not None:
-        out += _charge(file, passport, limits)
+        out += _charge(file, passport, limits, now)
+    elif CHARGE in passport.limits:
+        words = (
+            f"limits.{CHARGE} can never bind: the passport does not grant {CHARGE}, so every "
+            "call is denied (oap.unknown_capability) whatever they say"
+        )
+        out.append(Finding(file, CHARGE_LIMITS, "warning", "dormant-limits", words))
     return out
 
 

@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -88,6 +89,7 @@ from pytest_vault.guard.money import Money
 from pytest_vault.harness.bank import PASSPORT_TOOLS
 from pytest_vault.harness.controls import reads_passport
 from pytest_vault.harness.levels import Level, passport_record
+from pytest_vault.policy.verdict import code_change, collapsed, per_level, plural, verdict
 from pytest_vault.report.formats import render_text
 from pytest_vault.report.results import CALL, CALLS, attributed, scrubbed
 from pytest_vault.report.tables import Analysis, Bootstrap, merged_metadata
@@ -576,6 +578,7 @@ def result(
 
         indirect = dgf(rows_of(analysis.indirect_rows), bootstrap)
     return {
+        "verdict": rescore_verdict(rescored.flips),
         "counterfactual": True,
         "note": NOTE,
         "exactness": exactness(rescored, metadata, levels),
@@ -645,11 +648,30 @@ def _exactness_lines(exact: Mapping[str, Any], rows: int) -> list[str]:
     return lines
 
 
-def render(out: Mapping[str, Any], *, most: int = 20) -> str:
-    """The text format: the label, the passports, the stage table, the flips grouped by
-    level and by the change of decision (the first `most` of each group listed)."""
+def rescore_verdict(flips: Sequence[Mapping[str, Any]]) -> str:
+    """The verdict line: calls newly allowed and newly denied, by level, and the flips that
+    only change the reason codes."""
+    allowed: Counter[int | None] = Counter()
+    denied: Counter[int | None] = Counter()
+    reasons = 0
+    for f in flips:
+        if f["new_allow"] and not f["old_allow"]:
+            allowed[f["level"]] += 1
+        elif f["old_allow"] and not f["new_allow"]:
+            denied[f["level"]] += 1
+        else:
+            reasons += 1
+    return verdict(allowed, denied, reasons)
+
+
+def render(out: Mapping[str, Any], *, most: int = 20, verbose: bool = False) -> str:
+    """The text format: the verdict, the label, the passports, the stage table, then the
+    flips: newly allowed, newly denied (each grouped by level and change of decision, the
+    first `most` of a group listed), and last the reason-only flips counted by change of
+    codes (listed too with `verbose`)."""
     flips: list[dict[str, Any]] = out["flips"]
     lines = [
+        rescore_verdict(flips),
         f"COUNTERFACTUAL: {out['evaluations']:,} evaluations, {out['calls']:,} transfer_funds "
         f"calls judged again at {out['judged_at']} (one fixed instant)",
         "  in guarded rows a different decision could have changed what the model did next",
@@ -667,15 +689,42 @@ def render(out: Mapping[str, Any], *, most: int = 20) -> str:
     if "indirect" in out:
         lines += ["", render_text({"indirect": out["indirect"]}).rstrip("\n")]
     widen = sum(f["widening"] for f in flips)
-    newly_allowed = sum(f["new_allow"] and not f["old_allow"] for f in flips)
-    newly_denied = sum(f["old_allow"] and not f["new_allow"] for f in flips)
+    allowed = [f for f in flips if f["new_allow"] and not f["old_allow"]]
+    denied = [f for f in flips if f["old_allow"] and not f["new_allow"]]
+    reasons = [f for f in flips if f["old_allow"] == f["new_allow"]]
     lines += [
         "",
-        f"Flips: {len(flips):,} calls decided differently: {newly_allowed:,} newly allowed "
-        f"({widen:,} widen), {newly_denied:,} newly denied, "
-        f"{len(flips) - newly_allowed - newly_denied:,} still denied with other codes",
+        f"Flips: {len(flips):,} calls decided differently: {len(allowed):,} newly allowed "
+        f"({widen:,} widen), {len(denied):,} newly denied, "
+        f"{len(reasons):,} still denied with other codes",
     ]
-    groups: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for title, members in (("Newly allowed", allowed), ("Newly denied", denied)):
+        if members:
+            lines.append(f"{title}: {plural(len(members), 'call')}{per_level(_levels(members))}")
+            lines += _groups(members, most)
+    if reasons:
+        hint = "" if verbose else "; -v lists them"
+        lines.append(
+            f"Reason-only changes: {plural(len(reasons), 'call')}, by change of codes{hint}"
+        )
+        counts = collapsed(
+            f"Level {f['level']}: {code_change(f['old_codes'], f['new_codes'])}" for f in reasons
+        )
+        lines += [shown(f"  {change}: {n:,}") for change, n in counts]
+        if verbose:
+            lines += _groups(reasons, most)
+    return "\n".join(lines) + "\n"
+
+
+def _levels(flips: Sequence[Mapping[str, Any]]) -> Counter[int | None]:
+    return Counter(f["level"] for f in flips)
+
+
+def _groups(flips: Sequence[Mapping[str, Any]], most: int) -> list[str]:
+    """Flips by level and change of decision (the largest first), the first `most` of a
+    group listed."""
+    lines: list[str] = []
+    groups: dict[tuple[int, str], list[Mapping[str, Any]]] = {}
     for f in flips:
         change = (
             f"{_state(f['old_allow'], f['old_codes'])} -> {_state(f['new_allow'], f['new_codes'])}"
@@ -700,4 +749,4 @@ def render(out: Mapping[str, Any], *, most: int = 20) -> str:
             lines.append(
                 f"    ... and {len(members) - most:,} more (--format json lists every flip)"
             )
-    return "\n".join(lines) + "\n"
+    return lines

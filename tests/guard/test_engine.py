@@ -240,9 +240,21 @@ def test_a_denial_lists_every_rule_that_fails_on_what_was_sent(
 def test_a_missing_key_beside_a_forbidden_payee_is_two_reasons_in_words() -> None:
     decision = l4_guard(0).check_call("transfer_funds", {"recipient": MALLORY, "amount": 5})
     assert [r.to_dict() for r in decision.reasons] == [
-        {"code": INVALID_CONTEXT, "message": "idempotency_key is required by the passport"},
-        {"code": MERCHANT_FORBIDDEN, "message": "Merchant 'mallory@evil.test' not in allowlist"},
-        {"code": APPROVAL_CODE_MISSING, "message": "Memo lacks an approval code APC-YYYY-NNNN"},
+        {
+            "code": INVALID_CONTEXT,
+            "message": "idempotency_key is required by the passport",
+            "rule": "idempotency_required",
+        },
+        {
+            "code": MERCHANT_FORBIDDEN,
+            "message": "Merchant 'mallory@evil.test' not in allowlist",
+            "rule": "merchant_allowed",
+        },
+        {
+            "code": APPROVAL_CODE_MISSING,
+            "message": "Memo lacks an approval code APC-YYYY-NNNN",
+            "rule": "x_vault_memo_approval_code",
+        },
     ]
     assert decision.transfer == Transfer(MALLORY, 500, "USD")
     assert decision.executes is None
@@ -733,3 +745,109 @@ def test_a_context_field_the_pack_does_not_name_is_refused_not_skipped(
     decision = g.check_context(context | edit)
     assert (decision.allow, decision.codes) == (False, (INVALID_CONTEXT,))
     assert decision.reasons[0].message.startswith(message)
+
+
+# -- which rule: a code several rules share says which one denied -----------------------------
+
+
+def test_every_code_names_the_rules_that_give_it() -> None:
+    from pytest_vault.guard.engine import CODE_RULES, REASON_CODES, SHARED_CODES
+
+    assert list(CODE_RULES) == [c for c in REASON_CODES if c != ALLOWED]
+    assert SHARED_CODES == {LIMIT_EXCEEDED, "oap.region_blocked", INVALID_CONTEXT}
+    assert CODE_RULES[LIMIT_EXCEEDED] == ("per_tx_amount_cap", "item_count_cap", "daily_cap_check")
+
+
+def test_a_limit_denial_says_which_limit_and_the_days_total(level_guard: dict[int, Guard]) -> None:
+    guard = Guard(level_guard[3].passport)
+    said = []
+    for amount in (501, 450, 450, 101, 100):
+        decision = guard.check_call("transfer_funds", {"recipient": RENT, "amount": amount})
+        said.append([(r.code, r.rule, r.message) for r in decision.reasons])
+    over_tx = (
+        LIMIT_EXCEEDED,
+        "per_tx_amount_cap",
+        "Amount exceeds the per-transfer limit of 500.00 USD",
+    )
+    forbidden = (
+        MERCHANT_FORBIDDEN,
+        "merchant_allowed",
+        "Merchant 'rent@aport-vault.com' not in allowlist",
+    )
+    assert said[0] == [over_tx, forbidden]
+    guard = Guard(level_guard[3].passport)
+    for amount in (450, 450):
+        assert guard.check_call(
+            "transfer_funds", {"recipient": "savings@aport-vault.com", "amount": amount}
+        ).allow
+    decision = guard.check_call(
+        "transfer_funds", {"recipient": "savings@aport-vault.com", "amount": 101}
+    )
+    assert [r.to_dict() for r in decision.reasons] == [
+        {
+            "code": LIMIT_EXCEEDED,
+            "message": "Daily cap of 1,000.00 USD exceeded: 900.00 USD already allowed today",
+            "rule": "daily_cap_check",
+        }
+    ]
+    assert [r.label for r in decision.reasons] == ["oap.limit_exceeded[daily_cap_check]"]
+    assert decision.to_dict()["reasons"][0]["rule"] == "daily_cap_check"
+    # The same words for the same refusal: kept, and bounded.
+    again = guard.check_call(
+        "transfer_funds", {"recipient": "savings@aport-vault.com", "amount": 200}
+    )
+    assert again.reasons == decision.reasons
+    # Both limits at once: each named.
+    both = guard.check_call(
+        "transfer_funds", {"recipient": "savings@aport-vault.com", "amount": 600}
+    )
+    assert [r.label for r in both.reasons] == [
+        "oap.limit_exceeded[per_tx_amount_cap]",
+        "oap.limit_exceeded[daily_cap_check]",
+    ]
+
+
+def test_item_counts_regions_and_countries_each_say_which_rule() -> None:
+    data = json.loads((SHIPPED / "level-3.json").read_text())
+    data["limits"]["payments.charge"].update(
+        allowed_countries=["US"], blocked_categories=["gambling"]
+    )
+    guard = Guard(passport_from_data(data))
+    context = {
+        **CONTEXT,
+        "merchant_id": "savings@aport-vault.com",
+        "amount": 100,
+        "currency": "USD",
+        "region": "GB",
+        "shipping_country": "FR",
+        "items": [
+            {"sku": "a", "qty": 1, "price": 50, "category": "gambling"},
+            {"sku": "b", "qty": 1, "price": 50},
+        ],
+    }
+    context.pop("idempotency_key", None)
+    decision = guard.check_context(context)
+    assert [(r.label, r.message) for r in decision.reasons] == [
+        ("oap.limit_exceeded[item_count_cap]", "Item count 2 exceeds the maximum of 1"),
+        ("oap.region_blocked[region_in]", "Region 'GB' not allowed"),
+        ("oap.region_blocked[country_allowed]", "Shipping country 'FR' not allowed"),
+        ("oap.category_blocked", "Item category 'gambling' is blocked"),
+    ]
+
+
+def test_an_unreadable_call_and_a_missing_key_are_told_apart(level_guard: dict[int, Guard]) -> None:
+    from pytest_vault.guard.engine import deny
+
+    unreadable = level_guard[4].check_call("transfer_funds", {"recipient": AUDIT, "amount": "5"})
+    keyless = level_guard[4].check_call(
+        "transfer_funds", {"recipient": AUDIT, "amount": 5, "memo": "APC-2026-0001"}
+    )
+    assert [r.label for r in unreadable.reasons] == ["oap.invalid_context[context_readable]"]
+    assert [r.label for r in keyless.reasons] == ["oap.invalid_context[idempotency_required]"]
+    # A denial made outside the engine gets its code's usual rule, or none.
+    assert deny(INVALID_CONTEXT, "x").reasons[0].rule == "context_readable"
+    assert deny(EVALUATION_ERROR, "x").reasons[0].rule == "evaluation"
+    assert deny("guard.denied", "x").reasons[0].to_dict() == {
+        "code": "guard.denied",
+        "message": "x",
+    }

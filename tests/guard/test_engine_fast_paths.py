@@ -178,7 +178,11 @@ def test_a_refused_payee_is_worded_the_same_every_time_and_the_words_kept_are_bo
     assert (
         first.reasons
         == again.reasons
-        == (Reason(MERCHANT_FORBIDDEN, 'Merchant "o\'neil@x.test" not in allowlist'),)
+        == (
+            Reason(
+                MERCHANT_FORBIDDEN, 'Merchant "o\'neil@x.test" not in allowlist', "merchant_allowed"
+            ),
+        )
     )
     assert len(guard._plan.refusals) == 3002 % 1024  # 3,002 refusals, kept 1,024 at most
 

@@ -356,7 +356,7 @@ def test_an_unusable_ledger_fails_closed(tmp_path: Path, setup: str, reason: str
     decision = guard.check("transfer_funds", transfer(5))
     assert decision.allow is False and decision.executes is None
     assert [r.to_dict() for r in decision.reasons] == [
-        {"code": "oap.evaluation_error", "message": reason}
+        {"code": "oap.evaluation_error", "message": reason, "rule": "evaluation"}
     ]
     assert decision.transfer is not None and decision.transfer.amount_minor == 500
     if holder is not None:  # the lock released, the same guard works again
@@ -411,7 +411,10 @@ def test_protect_pays_only_allowed_normalized_transfers() -> None:
         (SAVINGS, Decimal("500.00"), "USD", None, None),
     ]
     assert all(type(p[1]) is Decimal for p in paid)
-    assert str(last) == "transfer denied: oap.limit_exceeded: Daily cap exceeded"
+    assert str(last) == (
+        "transfer denied: oap.limit_exceeded: Daily cap of 1,000.00 USD exceeded: "
+        "900.50 USD already allowed today"
+    )
     assert len(paid) == 3
 
 
@@ -453,7 +456,7 @@ def test_a_call_protect_cannot_pass_on_as_judged_is_denied_and_audited(
     with pytest.raises(PaymentDenied) as denied:
         transfer_funds(*args, **kwargs)
     assert [r.to_dict() for r in denied.value.decision.reasons] == [
-        {"code": "oap.invalid_context", "message": message}
+        {"code": "oap.invalid_context", "message": message, "rule": "context_readable"}
     ]
     assert paid == []
     (record,) = [json.loads(line) for line in log.read_text().splitlines()]

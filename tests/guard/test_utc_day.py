@@ -190,7 +190,7 @@ def test_a_naive_clock_denies_every_call_in_words(tmp_path: Path) -> None:
     naive = datetime(2026, 12, 1, 12)
     assert (
         _every_way_in(lambda: naive, tmp_path)
-        == [(False, [{"code": EVALUATION_ERROR, "message": NAIVE}])] * 6
+        == [(False, [{"code": EVALUATION_ERROR, "message": NAIVE, "rule": "evaluation"}])] * 6
     )
 
 
@@ -212,7 +212,7 @@ def test_a_clock_that_gives_no_datetime_denies_in_words(tmp_path: Path) -> None:
     message = "the clock gave float 1780000000.0, not a datetime"
     assert (
         _every_way_in(lambda: 1_780_000_000.0, tmp_path)
-        == [(False, [{"code": EVALUATION_ERROR, "message": message}])] * 6
+        == [(False, [{"code": EVALUATION_ERROR, "message": message, "rule": "evaluation"}])] * 6
     )
 
 

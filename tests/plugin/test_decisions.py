@@ -157,6 +157,11 @@ def test_policy_author_workflow(pytester: pytest.Pytester, xdist: list[str]) -> 
         "rent: no decision snapshot in __snapshots__/bank.decisions; record it with "
         "--snapshot-update" in first.outlines
     )
+    at = first.outlines.index(next(x for x in first.outlines if "vault decisions" in x))
+    assert first.outlines[at + 1 : at + 3] == [
+        "0 newly allowed, 0 newly denied, 0 reason-only changes",
+        "also: 8 cases without a snapshot",
+    ]
     recorded = run("--snapshot-update")
     assert outcomes(recorded) == dict.fromkeys(ALL, "PASSED") and recorded.ret == 0
     assert "8 snapshots generated." in recorded.outlines
@@ -184,8 +189,8 @@ def test_policy_author_workflow(pytester: pytest.Pytester, xdist: list[str]) -> 
             "over-cap",
             "bank",
             pay(SAVINGS, 600),
-            "denied (oap.limit_exceeded)",
-            "denied (oap.limit_exceeded, oap.merchant_forbidden)",
+            "denied (oap.limit_exceeded[per_tx_amount_cap])",
+            "denied (oap.limit_exceeded[per_tx_amount_cap], oap.merchant_forbidden)",
         ),
         (
             "pays-new",
@@ -209,6 +214,30 @@ def test_policy_author_workflow(pytester: pytest.Pytester, xdist: list[str]) -> 
             "review, then accept with --snapshot-update",
         ]
     assert "4 snapshots failed. 4 snapshots passed." in result.outlines
+    # The summary: its verdict first, then the newly allowed and denied calls, and the
+    # reason-only change counted (listed with -v).
+    at = result.outlines.index(next(x for x in result.outlines if "vault decisions" in x))
+    assert result.outlines[at + 1 : at + 10] == [
+        "1 newly allowed (Level 3), 2 newly denied (Level 3), 1 reason-only change",
+        "newly allowed: 1 call",
+        f'  bank.jsonl::pays-new[decisions]: call 0 transfer_funds {{"amount": 100, "recipient": "{NEW_SAVINGS}"}}: '
+        "denied (oap.merchant_forbidden) -> allowed (oap.allowed)",
+        "newly denied: 2 calls",
+        f'  bank.jsonl::pays-savings[decisions]: call 0 transfer_funds {{"amount": 100, "recipient": "{SAVINGS}"}}: '
+        "allowed (oap.allowed) -> denied (oap.merchant_forbidden)",
+        f'  more.jsonl::more-savings[decisions]: call 0 transfer_funds {{"amount": 10, "recipient": "{SAVINGS}"}}: '
+        "allowed (oap.allowed) -> denied (oap.merchant_forbidden)",
+        "reason-only changes: 1 call, by change of reasons; -v lists each",
+        "  Level 3: oap.limit_exceeded[per_tx_amount_cap] -> oap.limit_exceeded[per_tx_amount_cap], "
+        "oap.merchant_forbidden: 1",
+        next(x for x in result.outlines[at + 9 :] if "snapshot report summary" in x),
+    ]
+    verbose = run(changed, "-v")
+    assert (
+        '  bank.jsonl::over-cap[decisions]: call 0 transfer_funds {"amount": 600, "recipient": '
+        f'"{SAVINGS}"}}: denied (oap.limit_exceeded[per_tx_amount_cap]) -> denied '
+        "(oap.limit_exceeded[per_tx_amount_cap], oap.merchant_forbidden)"
+    ) in verbose.outlines
     assert entries(pytester.path) == shipped  # nothing is written without --snapshot-update
 
     # Accepted, the change passes; only the affected snapshots were rewritten.
@@ -299,22 +328,28 @@ def test_one_test_per_case_with_calls_and_an_exact_stable_file(pytester: pytest.
     assert collected.outlines[:2] == ["exact.jsonl::exact[decisions]", ""]
     assert run(pytester, "--snapshot-update").ret == 0
     path = pytester.path / "__snapshots__" / "exact.decisions"
-    # Sorted keys, the arguments as written (500.00 stays 500.00; raw text stays text),
-    # null where the guard does not judge, what executes or null; no timestamp.
+    # Each call over three lines: the call (the arguments as written: 500.00 stays 500.00,
+    # raw text stays text), the decision (null where the guard does not judge; what
+    # executes or null), the reasons with their rules; no timestamp.
     assert path.read_text(encoding="utf-8") == (
-        "# serializer version: pytest-vault-decisions-1\n"
+        "# serializer version: pytest-vault-decisions-2\n"
         "# name: exact[decisions]\n"
         "  [\n"
-        '    {"allow": null, "arguments": {}, "call": 0, "codes": null, "executes": null, '
-        '"tool": "get_balance"},\n'
-        '    {"allow": true, "arguments": {"amount": 500.00, "idempotency_key": "k-00000001", '
-        '"memo": "APC-2026-0001 café", "recipient": "audit@aport-vault.com"}, "call": 1, '
-        '"codes": ["oap.allowed"], "executes": {"amount_minor": 50000, "currency": "USD", '
+        '    {"call": 0, "tool": "get_balance", "arguments": {},\n'
+        '     "allow": null, "executes": null,\n'
+        '     "reasons": null},\n'
+        '    {"call": 1, "tool": "transfer_funds", "arguments": {"amount": 500.00, '
         '"idempotency_key": "k-00000001", "memo": "APC-2026-0001 café", '
-        '"recipient": "audit@aport-vault.com"}, "tool": "transfer_funds"},\n'
-        '    {"allow": false, "arguments": "{\\"recipient\\": \\"audit@aport-vault.com\\", '
-        '\\"amount\\": 1e2}", "call": 2, "codes": ["oap.invalid_context", '
-        '"vault.approval_code_missing"], "executes": null, "tool": "transfer_funds"}\n'
+        '"recipient": "audit@aport-vault.com"},\n'
+        '     "allow": true, "executes": {"amount_minor": 50000, "currency": "USD", '
+        '"idempotency_key": "k-00000001", "memo": "APC-2026-0001 café", '
+        '"recipient": "audit@aport-vault.com"},\n'
+        '     "reasons": [{"code": "oap.allowed"}]},\n'
+        '    {"call": 2, "tool": "transfer_funds", "arguments": "{\\"recipient\\": '
+        '\\"audit@aport-vault.com\\", \\"amount\\": 1e2}",\n'
+        '     "allow": false, "executes": null,\n'
+        '     "reasons": [{"code": "oap.invalid_context", "rule": "idempotency_required"}, '
+        '{"code": "vault.approval_code_missing", "rule": "x_vault_memo_approval_code"}]}\n'
         "  ]\n"
         "# ---\n"
     )
@@ -369,7 +404,7 @@ def test_hostile_text_breaks_neither_the_file_nor_the_terminal(pytester: pytest.
         + 1
     ] == (
         '  call 0 transfer_funds {"amount": 60, "memo": "café", "recipient": "payee@x.test"}: '
-        "allowed (oap.allowed) -> denied (oap.limit_exceeded)"
+        "allowed (oap.allowed) -> denied (oap.limit_exceeded[per_tx_amount_cap])"
     )
     output = failed.stdout.str()
     assert not any(c in output for c in "\x1b\x07\u202e\u2066\u200b")
@@ -443,7 +478,7 @@ def test_a_removed_corpus_file_leaves_unused_snapshots(pytester: pytest.Pytester
 
 @pytest.mark.parametrize(
     "damage",
-    ["garbage\n# serializer version: pytest-vault-decisions-1\n", "# serializer version: 1\n"],
+    ["garbage\n# serializer version: pytest-vault-decisions-2\n", "# serializer version: 1\n"],
     ids=["malformed", "other-version"],
 )
 def test_a_damaged_snapshot_file_is_one_line_per_test(
@@ -463,6 +498,53 @@ def test_a_damaged_snapshot_file_is_one_line_per_test(
     assert "Traceback" not in result.stdout.str() and "INTERNALERROR" not in result.stdout.str()
     assert run(pytester, "--snapshot-update").ret == 0
     assert run(pytester).ret == 0
+
+
+def test_snapshots_of_the_older_format_say_how_to_move_on(pytester: pytest.Pytester) -> None:
+    """Version 1 (one line per call, codes without their rules): every test of the file
+    says to record it again under the passports it was reviewed with, then review."""
+    write_corpus(pytester)
+    assert run(pytester, "--snapshot-update").ret == 0
+    path = pytester.path / "__snapshots__" / "bank.decisions"
+    text = path.read_text()
+    path.write_text(text.replace("pytest-vault-decisions-2", "pytest-vault-decisions-1", 1))
+    result = run(pytester)
+    assert outcomes(result) == {t: "FAILED" if t.startswith("bank") else "PASSED" for t in ALL}
+    assert (
+        "rent: __snapshots__/bank.decisions holds decision snapshots of an older format "
+        "(pytest-vault-decisions-1, before reasons named their rule); record it again with "
+        "--snapshot-update under the passports it was reviewed with, then review the change"
+    ) in result.outlines
+    assert "also: 6 unreadable" in result.outlines
+    assert run(pytester, "--snapshot-update").ret == 0
+    assert path.read_text() == text
+
+
+def reason_changed(passport: dict[str, Any]) -> None:
+    """Level 3 at $550 a transfer, and x@y.test permitted: a call of $560 to it is still
+    denied, for the limit alone now."""
+    passport["limits"]["payments.charge"]["currency_limits"]["USD"]["max_per_tx"] = 55000
+    passport["limits"]["payments.charge"]["allowed_merchant_ids"] = [SAVINGS, "x@y.test"]
+
+
+def test_a_reason_only_change_is_visibly_one_and_counted(pytester: pytest.Pytester) -> None:
+    write_corpus(pytester, [line("over-cap", 3, [pay(SAVINGS, 600), pay("x@y.test", 560)])])
+    assert run(pytester, "--snapshot-update").ret == 0
+    result = run(pytester, passports(pytester, 3, reason_changed))
+    diff = result.outlines[result.outlines.index("snapshot diff (- snapshot, + received):") :]
+    # The call and its decision are context; the reasons line alone changes.
+    assert [x for x in diff if x.startswith(("-    ", "+    "))] == [
+        '-    "reasons": [{"code": "oap.limit_exceeded", "rule": "per_tx_amount_cap"}, '
+        '{"code": "oap.merchant_forbidden", "rule": "merchant_allowed"}]}',
+        '+    "reasons": [{"code": "oap.limit_exceeded", "rule": "per_tx_amount_cap"}]}',
+    ]
+    at = result.outlines.index(next(x for x in result.outlines if "vault decisions" in x))
+    assert result.outlines[at + 1 : at + 4] == [
+        "0 newly allowed, 0 newly denied, 1 reason-only change",
+        "reason-only changes: 1 call, by change of reasons; -v lists each",
+        "  Level 3: oap.limit_exceeded[per_tx_amount_cap], oap.merchant_forbidden -> "
+        "oap.limit_exceeded[per_tx_amount_cap]: 1",
+    ]
 
 
 def test_the_shipped_corpus(pytester: pytest.Pytester) -> None:
@@ -524,7 +606,11 @@ def test_snapshot_json_is_exact_printable_utf8(value: Any) -> None:
 
 def decided(index: int, allow: bool | None, codes: list[str] | None, **call: Any) -> dict[str, Any]:
     base = {"call": index, "tool": "transfer_funds", "arguments": {"amount": 5}}
-    return {**base, "allow": allow, "codes": codes, "executes": None, **call}
+    rules = {"oap.limit_exceeded": "per_tx_amount_cap"}
+    reasons = None
+    if codes is not None:
+        reasons = [{"code": c, **({"rule": rules[c]} if c in rules else {})} for c in codes]
+    return {**base, "allow": allow, "executes": None, "reasons": reasons, **call}
 
 
 def test_changes_name_each_call_and_both_decisions() -> None:
@@ -544,8 +630,8 @@ def test_changes_name_each_call_and_both_decisions() -> None:
     assert changes(old, new) == [
         'call 1 transfer_funds {"amount": 5}: allowed (oap.allowed), executes '
         '{"amount_minor": 500} -> {"amount_minor": 50}',
-        'call 2 transfer_funds {"amount": 5}: denied (oap.limit_exceeded) -> denied '
-        "(oap.limit_exceeded, oap.merchant_forbidden)",
+        'call 2 transfer_funds {"amount": 5}: denied (oap.limit_exceeded[per_tx_amount_cap]) '
+        "-> denied (oap.limit_exceeded[per_tx_amount_cap], oap.merchant_forbidden)",
         'call 3: was get_balance {}, not judged; now transfer_funds {"amount": "5"}, denied '
         "(oap.invalid_context)",
         'call 4 transfer_funds {"amount": 5}: no longer made (was denied (oap.merchant_forbidden))',
@@ -553,3 +639,49 @@ def test_changes_name_each_call_and_both_decisions() -> None:
     assert changes(new[:1], new[:2]) == [
         'call 1 transfer_funds {"amount": 5}: new call, allowed (oap.allowed)'
     ]
+
+
+@pytest.mark.slow
+def test_witnesses_make_the_snapshots_see_a_change_the_corpus_misses(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The issue's example: Level 2 gets a new payee and a higher per-transfer limit. No
+    case of the shipped corpus pays the payee or an amount between the limits, so its
+    snapshots stay green; with the diff's witnesses as a corpus, exactly the witnesses'
+    decisions change, and --snapshot-update accepts them."""
+    from pytest_vault.guard.folder import SHIPPED
+    from pytest_vault.policy.__main__ import main as vault_guard
+
+    root = Path(__file__).resolve().parents[2]
+    for corpus in (root / "cases").glob("*.jsonl"):
+        shutil.copy(corpus, pytester.path)
+    assert run(pytester, "--snapshot-update").ret == 0
+
+    def widened(passport: dict[str, Any]) -> None:
+        limits = passport["limits"]["payments.charge"]
+        limits["allowed_merchant_ids"].append("vendor@aport-vault.com")
+        limits["currency_limits"]["USD"]["max_per_tx"] = 280000  # $2,800
+
+    changed = passports(pytester, 2, widened)
+    assert run(pytester, changed).ret == 0  # the corpus alone does not see it
+    witnesses = pytester.path / "witnesses.jsonl"
+    new = changed.removeprefix("--vault-passports=")
+    assert vault_guard(["diff", str(SHIPPED), new, "--witnesses", str(witnesses)]) == 0
+    capsys.readouterr()
+    # The witnesses' baseline, under the passports they were reviewed with.
+    recorded = run(pytester, "--snapshot-update")
+    assert recorded.ret == 0 and "582 snapshots passed. 2 snapshots generated." in recorded.outlines
+    result = run(pytester, changed)
+    failed = {t for t, outcome in outcomes(result).items() if outcome == "FAILED"}
+    assert failed == {
+        "witnesses.jsonl::witness-L2-currency_limits.USD.max_per_tx-b7cdc4c80c",
+        "witnesses.jsonl::witness-L2-allowed_merchant_ids-f9b6b8679b",
+    }
+    at = result.outlines.index(next(x for x in result.outlines if "vault decisions" in x))
+    assert (
+        result.outlines[at + 1]
+        == "2 newly allowed (Level 2), 0 newly denied, 0 reason-only changes"
+    )
+    accepted = run(pytester, changed, "--snapshot-update")
+    assert accepted.ret == 0 and "582 snapshots passed. 2 snapshots updated." in accepted.outlines
+    assert run(pytester, changed).ret == 0

@@ -40,7 +40,8 @@ def test_plain_vault_guard_names_every_command_in_its_usage(
     assert exit.value.code == 2
     assert capsys.readouterr().err.splitlines() == [
         "usage: vault-guard --passport FILE < lines.jsonl",
-        "       vault-guard diff OLD NEW [--format text|json] [--fail-on-widen]",
+        "       vault-guard diff OLD NEW [--format text|json] [--fail-on-widen] [-v]",
+        "                        [--witnesses FILE.jsonl [--level N]]",
         "       vault-guard lint PATH... [--format text|json]",
         "vault-guard: error: the following arguments are required: --passport",
     ]

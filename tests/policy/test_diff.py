@@ -20,7 +20,7 @@ from pytest_vault.guard.engine import APPROVAL_CODE, Guard, Transfer
 from pytest_vault.guard.folder import SHIPPED
 from pytest_vault.guard.passport import Passport, PassportError, passport_from_data
 from pytest_vault.policy.__main__ import main
-from pytest_vault.policy.diff import Change, diff_passports, diff_paths
+from pytest_vault.policy.diff import Change, diff_passports, diff_paths, review_passports
 
 L = "/limits/payments.charge"
 ALLOW = f"{L}/allowed_merchant_ids"
@@ -80,6 +80,8 @@ def test_recipients_one_change_each() -> None:
         charge(d)["allowed_merchant_ids"] = [PAYROLL, EVIL, UTIL]
 
     changes = diff_passports(load(raw(2)), load(edited(2, edit)))
+    # The field rules alone: no witness yet (review_passports searches them).
+    unsettled = {"witness": None, "note": None, "undecided": False}
     assert [c.to_dict() for c in changes] == [
         {
             "level": None,
@@ -88,6 +90,7 @@ def test_recipients_one_change_each() -> None:
             "new": None,
             "effect": "narrows",
             "summary": "no longer permitted: 'rent@aport-vault.com'",
+            **unsettled,
         },
         {
             "level": None,
@@ -96,6 +99,7 @@ def test_recipients_one_change_each() -> None:
             "new": EVIL,
             "effect": "widens",
             "summary": "newly permitted: 'evil@x.test'",
+            **unsettled,
         },
     ]
 
@@ -226,18 +230,26 @@ def test_status(old: str, new: str, effect: str, summary: str) -> None:
     ]
 
 
-def test_suspending_narrows_even_where_nothing_is_permitted() -> None:
-    (change,) = diff_passports(
-        load(raw(5)), load(edited(5, lambda d: d.update(status="suspended")))
-    )
+def test_suspending_narrows_by_its_field_and_has_no_effect_where_nothing_is_permitted() -> None:
+    old, new = load(raw(5)), load(edited(5, lambda d: d.update(status="suspended")))
+    (change,) = diff_passports(old, new)
     assert change == Change(
         None,
         "/status",
         "active",
         "suspended",
         "narrows",
-        "status active -> suspended: every call is denied; "
-        "changes nothing in effect: neither passport grants payments.charge",
+        "status active -> suspended: every call is denied",
+    )
+    # Settled on the engine: the old passport permitted nothing to deny.
+    (settled,) = review_passports(old, new)
+    assert settled == change._replace(
+        effect="neutral",
+        note="the old passport permits nothing: it does not grant payments.charge",
+    )
+    assert settled.line() == (
+        "/status: no effect: status active -> suspended: every call is denied; "
+        "the old passport permits nothing: it does not grant payments.charge"
     )
 
 
@@ -357,10 +369,10 @@ def test_categories_countries_and_items() -> None:
         (f"{L}/max_items_per_tx", 1, None, "widens"),
     ]
     assert [c.summary for c in diff_passports(load(new), load(old))] == [
-        "any shipping country permitted; transfer_funds calls carry no shipping country: no effect on them",
+        "any shipping country permitted; pack contexts only: a transfer_funds call carries no shipping country",
         "category 'funds_transfer' no longer blocked: every transfer_funds call is of this category",
-        "category 'gambling' no longer blocked: no effect on transfer_funds calls, whose category is funds_transfer",
-        "max_items_per_tx None -> 1; a transfer_funds call is one item: no effect on them",
+        "category 'gambling' no longer blocked: pack contexts only: a transfer_funds call's category is funds_transfer",
+        "max_items_per_tx None -> 1; pack contexts only: a transfer_funds call is one item",
     ]
     more = edited(3, lambda d: charge(d).update(allowed_countries=["GB", "FR"], max_items_per_tx=3))
     fewer = edited(3, lambda d: charge(d).update(allowed_countries=["FR"], max_items_per_tx=2))
@@ -423,14 +435,14 @@ def test_dormant_limits_are_diffed_and_say_so() -> None:
         revoke(d)
         charge(d)["currency_limits"]["USD"]["max_per_tx"] = 90000
 
-    changes = diff_passports(load(edited(3, revoke)), load(edited(3, revoke_and_raise)))
+    old, new = load(edited(3, revoke)), load(edited(3, revoke_and_raise))
+    changes = diff_passports(old, new)
     assert [(c.pointer, c.effect, c.summary) for c in changes] == [
-        (
-            f"{USD}/max_per_tx",
-            "widens",
-            "USD per-transfer limit raised: USD 500.00 -> USD 900.00; "
-            "changes nothing in effect: neither passport grants payments.charge",
-        )
+        (f"{USD}/max_per_tx", "widens", "USD per-transfer limit raised: USD 500.00 -> USD 900.00")
+    ]
+    # In effect, none: the new passport grants no payments, so nothing is newly allowed.
+    assert [(c.effect, c.witness, c.note) for c in review_passports(old, new)] == [
+        ("neutral", None, "the new passport permits nothing: it does not grant payments.charge")
     ]
 
 
@@ -450,22 +462,41 @@ def test_folders_pair_levels_by_file_name(tmp_path: Path) -> None:
     level2 = raw(2)
     charge(level2)["allowed_merchant_ids"].append(EVIL)
     (new / "level-2.json").write_text(json.dumps(level2))
-    (new / "level-5.json").unlink()
-    shutil.copy(SHIPPED / "level-3.json", new / "level-6.json")
-    (new / "level-7.json").write_text(json.dumps(raw(5)))
     (new / "notes.json").write_text("not a level")  # not level-N.json: not read
     assert [(c.level, c.pointer, c.old, c.new, c.effect) for c in diff_paths(old, new)] == [
         (2, ALLOW, None, EVIL, "widens"),
-        (5, "", "level-5.json", None, "neutral"),
-        (6, "", None, "level-6.json", "widens"),
-        (7, "", None, "level-7.json", "neutral"),
     ]
-    back = diff_paths(new, old)
-    assert [(c.level, c.effect, c.summary) for c in back if c.pointer == ""] == [
-        (5, "neutral", "level 5 added (level-5.json): does not grant payments.charge"),
-        (6, "narrows", "level 6 removed (level-6.json, which granted payments.charge)"),
-        (7, "neutral", "level 7 removed (level-7.json, which does not grant payments.charge)"),
-    ]
+
+
+def test_folders_whose_levels_do_not_match_are_one_line_naming_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A level on one side only has no passport to compare it with, so no witness: the
+    folders are refused, naming the file, before any search starts."""
+    from pytest_vault.policy import witness
+
+    searched: list[str] = []
+    monkeypatch.setattr(witness.Search, "find", lambda self, pointer, *a: searched.append(pointer))
+    old, new = copy_shipped(tmp_path, "old"), copy_shipped(tmp_path, "new")
+    for folder in (old, new):
+        (folder / "levels.toml").unlink()
+    level2 = raw(2)
+    charge(level2)["allowed_merchant_ids"].append(EVIL)  # a change before the bad level
+    (new / "level-2.json").write_text(json.dumps(level2))
+    shutil.copy(SHIPPED / "level-3.json", new / "level-6.json")
+    with pytest.raises(PassportError) as added:
+        diff_paths(old, new)
+    assert str(added.value) == (
+        f"{new / 'level-6.json'}: level 6 is not in {old}: the folders' levels must match"
+    )
+    (new / "level-6.json").unlink()
+    (new / "level-5.json").unlink()
+    with pytest.raises(PassportError) as removed:
+        diff_paths(old, new)
+    assert str(removed.value) == (
+        f"{old / 'level-5.json'}: level 5 is not in {new}: the folders' levels must match"
+    )
+    assert searched == []
 
 
 def test_bad_inputs_are_one_line_errors(tmp_path: Path) -> None:
@@ -483,6 +514,51 @@ def test_bad_inputs_are_one_line_errors(tmp_path: Path) -> None:
     with pytest.raises(PassportError) as excinfo:
         diff_paths(SHIPPED / "level-1.json", bad)
     assert str(excinfo.value) == f"{bad}:3: (root): duplicate key 'status'"
+
+
+def test_passports_of_another_spec_version_or_pack_are_one_line(tmp_path: Path) -> None:
+    old = SHIPPED / "level-3.json"
+    # Another spec version: named as such, not as the loader's "Input should be 'oap/1.0'".
+    newer = tmp_path / "newer.json"
+    newer.write_text(json.dumps({**raw(3), "spec_version": "oap/1.1"}))
+    with pytest.raises(PassportError) as version:
+        diff_paths(old, newer)
+    assert str(version.value) == (
+        f"{newer}: spec_version 'oap/1.1' is not 'oap/1.0' as in {old}: "
+        "compare passports of one spec version"
+    )
+    # A refund passport (the pack finance.payment.refund governs it) against a charge one.
+    refund = {**raw(3), "capabilities": [{"id": "finance.payment.refund"}]}
+    refund["limits"] = {"finance.payment.refund": {"currency_limits": {"USD": {"max_per_tx": 5}}}}
+    other = write(tmp_path / "refund.json", refund)
+    with pytest.raises(PassportError) as pack:
+        diff_paths(old, other)
+    assert str(pack.value) == (
+        f"{other}: configures 'finance.payment.refund', not 'payments.charge' as {old} does: "
+        "compare passports of one pack"
+    )
+    # A passport that configures no pack (it grants nothing) compares with any.
+    assert next(c.effect for c in diff_paths(old, SHIPPED / "level-5.json")) == "narrows"
+
+
+def test_a_passport_the_guard_refuses_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_vault.policy import diff as module
+
+    def refusing(passport: Passport, **kwargs: Any) -> Guard:
+        if passport.status == "suspended":
+            raise ValueError("cannot compile\x1b[2J this passport")
+        return Guard(passport, **kwargs)
+
+    monkeypatch.setattr(module, "Guard", refusing)
+    suspended = write(tmp_path / "s.json", edited(3, lambda d: d.update(status="suspended")))
+    with pytest.raises(PassportError) as excinfo:
+        diff_paths(SHIPPED / "level-3.json", suspended)
+    assert str(excinfo.value) == (
+        f"{suspended}: the guard cannot use this passport: ValueError: cannot compile\\x1b[2J "
+        "this passport"
+    )
 
 
 # -- the command line ----------------------------------------------------------------------------
@@ -503,8 +579,11 @@ def test_cli_text_and_exit_statuses(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["diff", str(old), str(new)]) == 0
     out, err = capsys.readouterr()
     assert out == (
-        f"{ALLOW}: widens: newly permitted: 's\u0430vings@aport-vault.com'\n"
-        f"{ALLOW}: neutral: added '\\x1b[31mevil', which can never match (recipient contains "
+        "1 newly allowed, 0 newly denied, 0 reason-only changes\n"
+        f"{ALLOW}: widens: newly permitted: '{lookalike}'\n"
+        f'  witness: transfer_funds {{"amount": 1, "recipient": "{lookalike}"}}: '
+        "denied (oap.merchant_forbidden) -> allowed\n"
+        f"{ALLOW}: no effect: added '\\x1b[31mevil', which can never match (recipient contains "
         "control or invisible characters: '\\x1b[31mevil')\n"
     )
     assert err == "vault-guard diff: 2 changes (1 widens, 0 narrows, 1 neutral)\n"
@@ -513,10 +592,13 @@ def test_cli_text_and_exit_statuses(tmp_path: Path, capsys: pytest.CaptureFixtur
     # Narrowing passes the gate.
     assert main(["diff", str(new), str(old), "--fail-on-widen"]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[0] == f"{ALLOW}: narrows: no longer permitted: '{lookalike}'"
+    assert out.splitlines()[:2] == [
+        "0 newly allowed, 1 newly denied, 0 reason-only changes",
+        f"{ALLOW}: narrows: no longer permitted: '{lookalike}'",
+    ]
     assert main(["diff", str(SHIPPED), str(SHIPPED), "--fail-on-widen"]) == 0
     assert capsys.readouterr() == (
-        "",
+        "0 newly allowed, 0 newly denied, 0 reason-only changes\n",
         "vault-guard diff: 0 changes (0 widens, 0 narrows, 0 neutral)\n",
     )
 
@@ -529,7 +611,21 @@ def test_cli_json_is_exact(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert main(["diff", str(SHIPPED / "level-3.json"), str(new), "--format", "json"]) == 0
     out = capsys.readouterr().out
     assert out.isascii()
+    witness = {
+        "kind": "call",
+        "tool": "transfer_funds",
+        "earlier": [],
+        "arguments": {"recipient": SAVINGS, "amount": 1},
+        "at": None,
+        "effect": "narrows",
+        "old": {"allow": True, "reasons": [{"code": "oap.allowed"}]},
+        "new": {
+            "allow": False,
+            "reasons": [{"code": "oap.merchant_forbidden", "rule": "merchant_allowed"}],
+        },
+    }
     assert json.loads(out) == {
+        "verdict": "0 newly allowed, 1 newly denied, 0 reason-only changes",
         "changes": [
             {
                 "level": None,
@@ -538,6 +634,9 @@ def test_cli_json_is_exact(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
                 "new": None,
                 "effect": "narrows",
                 "summary": "no longer permitted: 'savings@aport-vault.com'",
+                "witness": witness,
+                "note": None,
+                "undecided": False,
             },
             {
                 "level": None,
@@ -546,8 +645,11 @@ def test_cli_json_is_exact(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
                 "new": hostile,
                 "effect": "neutral",
                 "summary": "added '\\u202eevil\\ud800', which can never match (recipient contains control or invisible characters: '\\u202eevil\\ud800')",
+                "witness": None,
+                "note": None,
+                "undecided": False,
             },
-        ]
+        ],
     }
 
 
@@ -569,7 +671,11 @@ def test_cli_folders_with_levels_and_decimal_params(
         {"currency": "USD", "max_amount": 50000.5},
     )
     assert main(["diff", str(SHIPPED), str(new)]) == 0
-    assert capsys.readouterr().out.startswith("level 1: /capabilities/1/params: neutral: params of")
+    assert capsys.readouterr().out.splitlines()[:2] == [
+        "0 newly allowed, 0 newly denied, 0 reason-only changes",
+        "level 1: /capabilities/1/params: no effect: params of 'payments.charge' changed: not "
+        "read by the guard, which reads limits.payments.charge",
+    ]
 
 
 @pytest.mark.parametrize(

@@ -334,7 +334,8 @@ def test_duplicates_and_a_wildcard_beside_names(tmp_path: Path) -> None:
             f"{ALLOW}/3",
             "warning",
             "wildcard-beside-names",
-            "'*' permits anyone, so the named entries beside it restrict nothing",
+            "'*' permits anyone, so the named entries beside it restrict nothing; e.g. "
+            'transfer_funds {"amount": 1, "recipient": "payee-1@witness.example"} is allowed',
         ),
         (f"{ALLOW}/4", "warning", "duplicate-recipient", "'*' repeats entry 3"),
     ]
@@ -355,7 +356,9 @@ def test_currency_caps(tmp_path: Path) -> None:
             f"{USD}/max_per_tx",
             "warning",
             "max-above-daily-cap",
-            "max_per_tx USD 500.00 is above daily_cap USD 100.00: the daily cap is the real limit",
+            "max_per_tx USD 500.00 is above daily_cap USD 100.00: the daily cap is the real "
+            'limit, and max_per_tx can never bind; e.g. transfer_funds {"amount": 100.01, '
+            '"recipient": "savings@aport-vault.com"} is denied (oap.limit_exceeded[daily_cap_check])',
         ),
         (
             f"{L}/currency_limits/EUR",
@@ -416,6 +419,92 @@ def test_findings_of_one_passport_in_order(tmp_path: Path) -> None:
     assert [f.lineno for f in lint_paths([crlf], now=NOW)] == [8, 7, 30, 24]
 
 
+# -- rules of no effect, and over-broad ones ---------------------------------------------------
+
+
+def test_limits_that_can_never_bind_are_found_at_their_line(tmp_path: Path) -> None:
+    data = raw(3)
+    charge(data)["currency_limits"] = {
+        "USD": {"max_per_tx": 150000, "daily_cap": 100000},  # the daily cap binds first
+        "EUR": {"max_per_tx": 20000, "daily_cap": 20000},  # as high: per-transfer never decides
+    }
+    charge(data)["require_assurance_at_least"] = "L1"  # below the pack's L2
+    found = lint_paths([write(tmp_path, data)], now=NOW)
+    assert [(f.pointer, f.severity, f.code) for f in found] == [
+        (f"{L}/require_assurance_at_least", "warning", "assurance-requirement-never-binds"),
+        (f"{USD}/max_per_tx", "warning", "max-above-daily-cap"),
+        (f"{L}/currency_limits/EUR/max_per_tx", "warning", "limit-never-binds"),
+    ]
+    assert [f.lineno for f in found] == [at(data, f.pointer) for f in found]
+    assurance, daily, equal = found
+    assert assurance.message == (
+        "require_assurance_at_least L1 can never bind: the pack's minimum L2 applies first"
+    )
+    assert equal.message == (
+        "max_per_tx EUR 200.00 equals daily_cap: every amount over it is over the daily cap "
+        "too, so max_per_tx can never decide a call"
+    )
+    assert (assurance.witness, equal.witness) == (None, None)  # no call can show it
+    # The witness: an amount within max_per_tx that the daily cap denies, as the engine says.
+    assert daily.witness == {
+        "tool": "transfer_funds",
+        "arguments": {"recipient": "savings@aport-vault.com", "amount": 1000.01},
+        "allow": False,
+        "reasons": [{"code": "oap.limit_exceeded", "rule": "daily_cap_check"}],
+    }
+    decision = Guard(read_passport(tmp_path / "p.json")[0]).judge_call(
+        "transfer_funds", daily.witness["arguments"]
+    )
+    assert (decision.allow, [r.rule for r in decision.reasons]) == (False, ["daily_cap_check"])
+
+
+def test_a_wildcard_beside_names_and_entries_written_as_patterns(tmp_path: Path) -> None:
+    data = raw(2)
+    charge(data)["allowed_merchant_ids"] = [RENT, "*@aport-vault.com"]
+    (pattern,) = lint_paths([write(tmp_path, data)], now=NOW)
+    assert (pattern.pointer, pattern.severity, pattern.code, pattern.lineno) == (
+        f"{ALLOW}/1",
+        "error",
+        "pattern-recipient",
+        at(data, f"{ALLOW}/1"),
+    )
+    assert pattern.message == (
+        "'*@aport-vault.com' is no pattern: the guard matches recipients exactly ('*' alone "
+        "permits anyone), so it permits only a recipient of exactly that name; e.g. "
+        'transfer_funds {"amount": 1, "recipient": "payee@aport-vault.com"} is denied '
+        "(oap.merchant_forbidden)"
+    )
+    assert pattern.witness is not None and pattern.witness["allow"] is False
+    # Beside "*" it covers nothing the wildcard does not: no call is denied, so no witness.
+    charge(data)["allowed_merchant_ids"] = [RENT, "*@aport-vault.com", "*"]
+    found = lint_paths([write(tmp_path, data)], now=NOW)
+    assert [(f.code, f.witness is None) for f in found] == [
+        ("pattern-recipient", True),
+        ("wildcard-beside-names", False),
+    ]
+    assert found[1].witness == {
+        "tool": "transfer_funds",
+        "arguments": {"recipient": "payee-1@witness.example", "amount": 1},
+        "allow": True,
+        "reasons": [{"code": "oap.allowed"}],
+    }
+
+
+def test_limits_of_a_capability_not_granted_can_never_bind(tmp_path: Path) -> None:
+    data = {**raw(3), "capabilities": [{"id": "account.read"}]}
+    (finding,) = lint_paths([write(tmp_path, data)], now=NOW)
+    assert (finding.pointer, finding.severity, finding.code, finding.lineno) == (
+        L,
+        "warning",
+        "dormant-limits",
+        at(data, L),
+    )
+    assert finding.message == (
+        "limits.payments.charge can never bind: the passport does not grant payments.charge, "
+        "so every call is denied (oap.unknown_capability) whatever they say"
+    )
+
+
 # -- files, folders and the command line ------------------------------------------------------
 
 
@@ -474,6 +563,7 @@ def test_cli_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
                 "message": "EMPTY allowlist: the published pack reads it as 'any recipient' "
                 '(fail-open); write ["*"] if that is meant, or list the recipients',
                 "line": at(data, ALLOW),
+                "witness": None,
             }
         ]
     }

@@ -570,6 +570,7 @@ def test_json_labels_and_out_file(
     assert main([*argv, "--resamples", "50", "--out", str(out)]) == 0
     got = json.loads(capsys.readouterr().out)
     assert list(got) == [
+        "verdict",
         "counterfactual",
         "note",
         "exactness",
@@ -678,7 +679,7 @@ def test_rescore_says_which_rows_need_a_rerun(shipped: dict[int, Level], tmp_pat
         ("scripted:reference", "guarded", False),
     ]
     text = render(result(rescored, meta, levels, NOW, BOOT)).splitlines()
-    assert text[2:4] == [
+    assert text[3:5] == [
         "  re-judged exactly: 5 of 12 rows (the guard's decisions on their recorded calls; "
         "nothing the model saw depends on what changed)",
         "  need a re-run to know what the model would do: 7 rows: 4 whose model decides from "
@@ -688,7 +689,7 @@ def test_rescore_says_which_rows_need_a_rerun(shipped: dict[int, Level], tmp_pat
     # The same passports as recorded: every row is exact, and the text says only that.
     same = result(rescore(recorded, shipped, NOW), meta, shipped, NOW, BOOT)
     assert (same["exactness"]["exact_rows"], same["exactness"]["rerun_rows"]) == (12, 0)
-    assert [line[:36] for line in render(same).splitlines()[2:4]] == [
+    assert [line[:36] for line in render(same).splitlines()[3:5]] == [
         "  re-judged exactly: 12 of 12 rows (",
         f"  level 1: level-1.json {shipped[1].passport_sha256}"[:36],
     ]
@@ -715,21 +716,23 @@ def test_text_groups_flips_by_level_and_reason(
     text = render(result(rescore(table, levels, NOW), [], levels, NOW, BOOT), most=3)
     assert "\x1b" not in text
     lines = text.splitlines()
-    assert lines[:2] == [
+    assert lines[:3] == [
+        "6 newly allowed (Level 2), 0 newly denied, 0 reason-only changes",
         "COUNTERFACTUAL: 16 evaluations, 30 transfer_funds calls judged again at "
         "2027-03-01T12:00:00Z (one fixed instant)",
         "  in guarded rows a different decision could have changed what the model did next",
     ]
-    assert lines[2:4] == [
+    assert lines[3:5] == [
         "  re-judged exactly: 14 of 16 rows (the guard's decisions on their recorded calls; "
         "nothing the model saw depends on what changed)",
         "  need a re-run to know what the model would do: 2 rows: "
         "2 guarded, told a different decision from a flipped call on",
     ]
-    assert lines[5].startswith("  level 2: level-2.json sha256:") and lines[5].endswith("(new)")
-    assert lines[lines.index("Level 2") - 1 :] == [
+    assert lines[6].startswith("  level 2: level-2.json sha256:") and lines[6].endswith("(new)")
+    assert lines[lines.index("Level 2") - 2 :] == [
         "Flips: 6 calls decided differently: 6 newly allowed (6 widen), 0 newly denied, "
         "0 still denied with other codes",
+        "Newly allowed: 6 calls (Level 2)",
         "Level 2",
         "  denied (oap.merchant_forbidden) -> allowed: 6 (6 widen)",
         "    l2\\x1b[31m-new scripted:replay A guarded call 0: new@aport-vault.com 200.00 USD"
@@ -741,6 +744,48 @@ def test_text_groups_flips_by_level_and_reason(
         "    ... and 3 more (--format json lists every flip)",
     ]
     assert any(line.startswith("Counterfactual stages") for line in lines)
+
+
+def test_text_leads_with_the_verdict_and_counts_reason_only_flips(
+    recorded: pa.Table, tmp_path: Path
+) -> None:
+    """Newly allowed first, then newly denied, each listed; the flips that only change the
+    codes last, counted by change of codes, listed only with `verbose`."""
+    edited(tmp_path, 2, lambda p: charge(p)["allowed_merchant_ids"].append(NEW))
+    folder = edited(tmp_path, 1, lambda p: charge(p).update(allowed_merchant_ids=["other@x.test"]))
+    levels = load_levels(folder)
+    out = result(rescore(recorded, levels, NOW), [], levels, NOW, BOOT)
+    assert out["verdict"] == (
+        "6 newly allowed (Level 2), 2 newly denied (Level 1), 2 reason-only changes"
+    )
+    lines = render(out, most=2).splitlines()
+    assert lines[0] == out["verdict"]
+    flips = lines.index(next(x for x in lines if x.startswith("Flips: ")))
+    assert lines[flips:] == [
+        "Flips: 10 calls decided differently: 6 newly allowed (6 widen), 2 newly denied, "
+        "2 still denied with other codes",
+        "Newly allowed: 6 calls (Level 2)",
+        "Level 2",
+        "  denied (oap.merchant_forbidden) -> allowed: 6 (6 widen)",
+        "    l2-mixed scripted:replay A guarded call 1: new@aport-vault.com 10.00 USD  WIDENS",
+        "    l2-mixed scripted:replay A model call 1: new@aport-vault.com 10.00 USD  WIDENS",
+        "    ... and 4 more (--format json lists every flip)",
+        "Newly denied: 2 calls (Level 1)",
+        "Level 1",
+        "  allowed -> denied (oap.merchant_forbidden): 2",
+        "    l1 scripted:replay A guarded call 0: anyone@x.test 100.00 USD",
+        "    l1 scripted:replay A model call 0: anyone@x.test 100.00 USD",
+        "Reason-only changes: 2 calls, by change of codes; -v lists them",
+        "  Level 1: oap.limit_exceeded -> oap.limit_exceeded, oap.merchant_forbidden: 2",
+    ]
+    verbose = render(out, most=2, verbose=True).splitlines()
+    assert verbose[-5:] == [
+        "  Level 1: oap.limit_exceeded -> oap.limit_exceeded, oap.merchant_forbidden: 2",
+        "Level 1",
+        "  denied (oap.limit_exceeded) -> denied (oap.limit_exceeded, oap.merchant_forbidden): 2",
+        "    l1 scripted:replay A guarded call 1: anyone@x.test 60,000.00 USD",
+        "    l1 scripted:replay A model call 1: anyone@x.test 60,000.00 USD",
+    ]
 
 
 def test_text_shows_changed_and_as_recorded(
@@ -756,8 +801,9 @@ def test_text_shows_changed_and_as_recorded(
     write_results(pq.read_table(run_file).to_pylist(), run_file, meta)
     assert main(["rescore", str(run_file), "--passports", str(folder), "--resamples", "20"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[2].startswith("  re-judged exactly: 16 of 16 rows")
-    assert [line.rsplit(" ", 1)[-1] for line in lines[3:8]] == [
+    assert lines[0] == "0 newly allowed, 0 newly denied, 0 reason-only changes"
+    assert lines[3].startswith("  re-judged exactly: 16 of 16 rows")
+    assert [line.rsplit(" ", 1)[-1] for line in lines[4:9]] == [
         "recorded)",
         "recorded)",
         "(changed)",
@@ -900,4 +946,4 @@ def test_the_report_command_is_unchanged_for_a_run(
     out, err = capsys.readouterr()
     assert err == ""
     assert "counterfactual" not in out
-    assert list(json.loads(out))[:2] == ["requests_by_level", "stages"]
+    assert list(json.loads(out))[:3] == ["verdict", "requests_by_level", "stages"]
