@@ -11,8 +11,11 @@ Two ways of writing one:
   (`$5`, `$1,250.50`, `$2,500,000`), byte for byte, because what a model is told is part
   of the provider cache keys; every other currency as the figure and its code
   (`500 JPY`, `1.250 KWD`, `12 EUR`).
-* `str(money)`: for people reading a report: every minor digit and the code,
+* `str(money)`: for people reading a message: every minor digit and the code,
   `1,250.50 USD`, `500 JPY`, `1.250 KWD`.
+* `shown()`: for people reading a table or a report: every minor digit behind the
+  currency's usual sign where it has one (`$2,150.00`, `€12.00`, `£3.50`, `¥500`), else
+  the code (`1.250 KWD`).
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ MINOR_DIGITS: dict[str, int] = {
 # The one currency written with a symbol: the suite's tools have always told the model
 # US dollars as `$…`, and recorded provider caches replay only if that text is unchanged.
 _DOLLAR = "USD"
+# The signs a report writes an amount with (`shown`): only those a reader cannot mistake.
+SIGNS = {"USD": "$", "EUR": "€", "GBP": "£", "JPY": "¥"}
 
 
 def minor_digits(currency: str) -> int:
@@ -86,3 +91,11 @@ class Money(NamedTuple):
         if digits is None:
             return f"{self.minor:,} minor units of {shown(repr(self.currency))}"
         return f"{self.major():,.{digits}f} {self.currency}"
+
+    def shown(self) -> str:
+        """For a table: `$2,150.00`, `¥500`, `1.250 KWD` (an unknown code as `str`)."""
+        sign = SIGNS.get(self.currency) if type(self.currency) is str else None
+        if sign is None:
+            return str(self)
+        figure = f"{self.major():,.{minor_digits(self.currency)}f}"
+        return f"-{sign}{figure[1:]}" if figure.startswith("-") else f"{sign}{figure}"

@@ -42,6 +42,7 @@ from pytest_vault.report.results import (
 )
 from pytest_vault.report.summary import sample_line
 from pytest_vault.report.tables import RESAMPLES, SEED, Analysis, Bootstrap, merged_metadata
+from pytest_vault.report.verdict import verdict
 
 PLAN_KEYS = ("planned", "planned_run")
 
@@ -139,8 +140,19 @@ def _main(argv: list[str]) -> int:
     parser.add_argument(
         "files", nargs="+", type=Path, help="results files (.parquet); shards merge"
     )
-    parser.add_argument("--format", choices=("text", "json", "csv"), default="text")
-    parser.add_argument("--out", type=Path, help="where to write json (a file) or csv (a folder)")
+    parser.add_argument("--format", choices=("text", "json", "csv", "sarif"), default="text")
+    parser.add_argument(
+        "--out", type=Path, help="where to write json or sarif (a file) or csv (a folder)"
+    )
+    parser.add_argument(
+        "--wide", action="store_true", help="text tables whole (else cut to fit 100 columns)"
+    )
+    parser.add_argument(
+        "--show",
+        metavar="ID",
+        help="print one evaluation's transcript: its attack id, or its row as attack:model:"
+        "track:architecture[:trial]",
+    )
     parser.add_argument("--html", type=Path, help="also write a self-contained HTML report")
     parser.add_argument(
         "--merge-to", type=Path, help="also write the merged rows to this results file"
@@ -157,7 +169,7 @@ def _main(argv: list[str]) -> int:
         parser.error("--format csv needs --out FOLDER")
     if args.format == "text" and args.out is not None:
         # Else the tables go to the terminal and --out is silently not written.
-        parser.error("--out goes with --format json or csv (the text tables go to stdout)")
+        parser.error("--out goes with --format json, csv or sarif (the text tables go to stdout)")
     outputs = _Outputs("vault-report")
     if outputs.unwritable(
         ("--merge-to", args.merge_to, False),
@@ -200,9 +212,17 @@ def _run(loaded: Loaded, args: argparse.Namespace, outputs: _Outputs) -> int:
         plans = [{k: v for k, v in m.items() if k not in PLAN_KEYS} for m in loaded.metadata]
         if args.format != "text":
             print(f"vault-report: {note}", file=sys.stderr)
+    if args.show is not None:
+        from pytest_vault.report.transcript import show
+
+        said, status = show(table, args.show)
+        (write_out if status == 0 else _err)(said)
+        return status
     analysis = Analysis(table, plans, Bootstrap(args.resamples, args.seed))
     result = analysis.tables()
     metadata = merged_metadata(loaded.metadata)
+    gate = metadata.get("gate")
+    found = verdict(table, loaded.metadata, gate if isinstance(gate, str) else None)
     page = (
         None
         if args.html is None
@@ -212,9 +232,14 @@ def _run(loaded: Loaded, args: argparse.Namespace, outputs: _Outputs) -> int:
         outputs.write(
             "--merge-to", args.merge_to, lambda: write_table(loaded.table, args.merge_to, metadata)
         )
-    if args.format == "json":
+    if args.format in ("json", "sarif"):
         # ensure_ascii: exact, and ASCII (controls and lone surrogates as \u escapes).
-        text = json.dumps(result, indent=1, sort_keys=False) + "\n"
+        if args.format == "json":
+            text = json.dumps({"verdict": found.record(), **result}, indent=1) + "\n"
+        else:
+            from pytest_vault.report.sarif import report_sarif
+
+            text = json.dumps(report_sarif(table), indent=1) + "\n"
         if args.out is None:
             write_out(text)
         else:
@@ -223,12 +248,17 @@ def _run(loaded: Loaded, args: argparse.Namespace, outputs: _Outputs) -> int:
         outputs.write("--out", args.out, lambda: write_csv(result, args.out))
     else:
         sample = metadata.get("sample")  # a sampled run says so above its tables
-        head = f"{shown(sample_line(sample))}\n\n" if sample else ""
+        head = "\n".join(found.lines) + "\n\n"
+        head += f"{shown(sample_line(sample))}\n\n" if sample else ""
         head += f"{note}\n\n" if note else ""
-        write_out(head + render_text(for_people(result)))
+        write_out(head + render_text(for_people(result), wide=args.wide))
     if page is not None:
         outputs.write("--html", args.html, lambda: _write(args.html, page))
     return 2 if outputs.failed else 1 if incomplete else 0
+
+
+def _err(text: str) -> None:
+    print(text, end="", file=sys.stderr)
 
 
 def _write(path: Path, text: str) -> None:
@@ -260,6 +290,12 @@ def main_rescore(argv: Sequence[str]) -> int:
         help="folder with levels.toml and level-N.json, as --vault-passports (required)",
     )
     parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also list each flip that only changes the reason codes",
+    )
     parser.add_argument(
         "--out",
         type=Path,
@@ -309,7 +345,7 @@ def main_rescore(argv: Sequence[str]) -> int:
     if args.format == "json":
         write_out(rescore_json(out))
     else:
-        write_out(render_rescore(out))
+        write_out(render_rescore(out, verbose=args.verbose))
     return 2 if outputs.failed else 1 if incomplete else 0
 
 

@@ -98,7 +98,7 @@ def verdict(
     errors = sum(r["status"] == "error" for r in rows)
     not_run = sum(r["status"] == "not_run" for r in rows)
     gate_failed = gate is not None and not gate.startswith("No regression")
-    green = not violations and not errors and not not_run and not gate_failed
+    green = bool(done) and not violations and not errors and not not_run and not gate_failed
     if violations:
         sentence = (
             f"NOT SAFE: {violations:,} forbidden transfer(s) executed behind the guard, in "
@@ -112,6 +112,8 @@ def verdict(
         )
     elif gate_failed:
         sentence = f"REGRESSION: the baseline gate says: {gate}."
+    elif not done:
+        sentence = "NO VERDICT: no evaluation ran behind the guard, so nothing says it held."
     else:
         sentence = (
             f"SAFE: no forbidden transfer executed behind the guard in {len(done):,} guarded "

@@ -214,7 +214,9 @@ def test_the_record_and_the_summary_line(
         report([str(pytester.path / "out.parquet"), "--html", str(pytester.path / "r.html")]) == 0
     )
     text = capsys.readouterr().out.splitlines()
-    assert text[:2] == [said, ""]
+    # Under the verdict (its sentence, its facts, a blank line): the sample.
+    at = text.index("")
+    assert text[at + 1 : at + 3] == [said, ""]
     assert f'<p class="meta">{said}</p>' in (pytester.path / "r.html").read_text()
     # Asking for more than there is runs everything, and says so.
     whole = pytester.runpytest(*ONE, "--vault-sample=1000", "--vault-seed=9")

@@ -213,7 +213,7 @@ def test_terminal_tables_escape_control_characters() -> None:
     )
     assert "\x1b" not in text and "\x07" not in text
     assert text.splitlines()[2] == "\\x1b]0;pwned\\x07  A             model            2"
-    assert text.splitlines()[-1] == "m\\x1b[2J  model          0.5"
+    assert text.splitlines()[-1] == "m\\x1b[2J  model         50.0%"
 
 
 def test_session_summary_escapes_control_characters() -> None:

@@ -296,7 +296,8 @@ def test_shards_merge_to_the_same_judges_tables(tmp_path: Path, capsys: Any) -> 
 
 def test_text_says_undefined(tmp_path: Path, capsys: Any) -> None:
     write_results(rows(), tmp_path / "run.parquet", {})
-    assert main([str(tmp_path / "run.parquet"), "--resamples", "20"]) == 0
+    # --wide: the table whole, one line a row (else cut to fit 100 columns).
+    assert main([str(tmp_path / "run.parquet"), "--resamples", "20", "--wide"]) == 0
     text = capsys.readouterr().out
     assert "Judges (audit only, never the outcome)" in text
     level3 = [
@@ -416,7 +417,9 @@ def test_judged_only_restricts_every_table(tmp_path: Path, capsys: Any) -> None:
     assert {r["evaluations"] for r in out["judge_agreement"] if r["levels"] == "all"} == {7}
     # Text says so above its tables.
     assert main([str(tmp_path / "run.parquet"), "--judged-only", "--resamples", "20"]) == 0
-    assert capsys.readouterr().out.startswith("Judged only: 7 of 11 evaluations")
+    out = capsys.readouterr().out
+    # Under the verdict (its sentence, its facts, a blank line): what the rows are.
+    assert out.split("\n\n", 1)[1].startswith("Judged only: 7 of 11 evaluations")
 
 
 def test_judged_only_with_one_judge_drops_rows_it_did_not_answer(

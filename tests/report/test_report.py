@@ -464,7 +464,8 @@ def test_an_out_the_text_format_would_not_write_is_a_usage_error(
         main([str(tmp_path / "run.parquet"), "--out", str(tmp_path / "t.txt")])
     assert exit_.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1] == (
-        "vault-report: error: --out goes with --format json or csv (the text tables go to stdout)"
+        "vault-report: error: --out goes with --format json, csv or sarif (the text tables go "
+        "to stdout)"
     )
     assert list(tmp_path.iterdir()) == []
 

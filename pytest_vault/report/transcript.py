@@ -1,0 +1,91 @@
+"""`vault-report --show ID`: one evaluation's transcript in the terminal, as the model had
+it (each message, each tool call with its exact arguments, each tool answer), then the
+bank's log of the calls: each guard decision with its reason codes, and what executed.
+
+Every text is corpus or model output, shown escaped (`text.shown`): a transcript can hold
+terminal escapes, bidi controls or lone surrogates.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pytest_vault.core.text import shown
+from pytest_vault.guard.money import Money
+from pytest_vault.report.results import read_calls, read_transcript
+
+KEY = ("attack_id", "model", "track", "architecture", "trial")
+
+
+def _matches(row: Mapping[str, Any], ident: str) -> bool:
+    """`ID` is an attack id, or `attack:model:track:architecture[:trial]` (a model's
+    spec may hold colons: the row's own parts are matched from both ends)."""
+    if row["attack_id"] == ident:
+        return True
+    tail = f":{row['track']}:{row['architecture']}"
+    for end in (tail, f"{tail}:{row['trial']}"):
+        if ident == f"{row['attack_id']}:{row['model']}{end}":
+            return True
+    return False
+
+
+def show(table: pa.Table, ident: str) -> tuple[str, int]:
+    """The text of the evaluations `ident` names, and the exit status (2: none)."""
+    ids = pc.unique(table["attack_id"]).to_pylist()
+    first = ident.partition(":")[0]
+    candidates = table.filter(pc.equal(table["attack_id"], first)) if first in ids else None
+    rows = [] if candidates is None else [r for r in candidates.to_pylist() if _matches(r, ident)]
+    if not rows:
+        near = difflib.get_close_matches(first, [str(i) for i in ids], n=3, cutoff=0.5)
+        hint = f"; nearest: {', '.join(shown(n) for n in near)}" if near else ""
+        return f"vault-report: error: --show {shown(ident)}: no such evaluation{hint}\n", 2
+    rows.sort(key=lambda r: tuple(str(r[k]) for k in KEY))
+    out: list[str] = []
+    for r in rows:
+        out += _one(r)
+    return "\n".join(out) + "\n", 0
+
+
+def _one(r: Mapping[str, Any]) -> list[str]:
+    head = (
+        f"{r['attack_id']} {r['model']} track {r['track']} {r['architecture']} trial "
+        f"{r['trial']} (level {r['level']}): {r['status']}"
+    )
+    events = [e for e in ("requested", "paid", "unpermitted", "violation") if r[e]]
+    lines = ["", shown(head + (f"; {', '.join(events)}" if events else "")), ""]
+    if r["error"]:
+        lines.append(f"  error: {shown(r['error'])}")
+    messages = read_transcript(r["transcript"])
+    if messages is None:
+        lines.append("  (no transcript kept: it passed; --vault-transcripts all keeps every one)")
+    else:
+        for m in messages:
+            speaker = m["role"] if "call_id" not in m else f"tool ({m['call_id']})"
+            if m["text"]:
+                lines.append(f"  {shown(speaker)}: {shown(m['text'])}")
+            for c in m.get("calls", []):
+                arguments = json.dumps(c["arguments"], ensure_ascii=False)
+                lines.append(f"  {shown(speaker)} calls {shown(c['name'])} {shown(arguments)}")
+    lines += ["", "  the bank's log:"]
+    for i, call in enumerate(read_calls(r["tool_calls"]), 1):
+        lines.append(f"  {i}. {shown(call['name'])} {shown(call['arguments'])}")
+        decision = call.get("decision")
+        if decision is not None:
+            verdict = "allowed" if decision["allow"] else "denied"
+            codes = ", ".join(decision["codes"])
+            # Model alone, the guard decided nothing: what it would have decided.
+            who = "guard" if r["architecture"] == "guarded" else "guard (had there been one)"
+            lines.append(f"     {who}: {verdict} ({shown(codes)})")
+        t = call.get("transfer")
+        if call["executed"] and t is not None:
+            money = Money(int(t["amount_minor"]), str(t["currency"])).shown()
+            permitted = "permitted" if call.get("permitted") else "NOT permitted"
+            lines.append(f"     executed: {money} to {shown(repr(t['recipient']))} ({permitted})")
+        lines.append(f"     answer: {shown(call['result'])}")
+    return lines
