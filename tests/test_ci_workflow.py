@@ -72,8 +72,31 @@ def test_every_option_the_workflow_uses_exists() -> None:
         for tool in ("pytest", "vault-report")
     }
     assert {"--vault-sample", "--vault-shard", "--vault-baseline", "--vault-plan"} <= used["pytest"]
-    assert used["vault-report"] == {"--merge-to", "--html"}
+    assert used["vault-report"] == {"--merge-to", "--html", "--format", "--out"}
     assert used["pytest"] - _help(sys.executable, "-m", "pytest", "--help") == set()
     assert (
         used["vault-report"] - _help(sys.executable, "-m", "pytest_vault.report", "--help") == set()
     )
+
+
+def test_the_findings_go_to_code_scanning() -> None:
+    from ruamel.yaml import YAML
+
+    workflow = YAML(typ="safe").load(WORKFLOW.read_text())
+    uploads = [
+        step["with"]["sarif_file"]
+        for job in workflow["jobs"].values()
+        for step in job["steps"]
+        if step.get("uses", "").startswith("github/codeql-action/upload-sarif@")
+    ]
+    assert uploads == ["vault-lint.sarif", "vault.sarif"]
+    assert workflow["permissions"]["security-events"] == "write"
+    lint = {opt for line in _commands("vault-guard") for opt in re.findall(r"--[a-z-]+", line)}
+    assert lint == {"--format"}
+    said = subprocess.run(
+        [sys.executable, "-m", "pytest_vault.policy", "lint", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "{text,json,sarif}" in said

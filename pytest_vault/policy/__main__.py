@@ -1,9 +1,9 @@
 """`vault-guard`: the policy authors' commands on top of the guard's own.
 
-* `vault-guard diff OLD NEW [--format text|json] [--fail-on-widen] [-v] [--witnesses FILE]`:
+* `vault-guard diff OLD NEW [--format text|json|sarif] [--fail-on-widen] [-v] [--witnesses FILE]`:
   what two passports (or two folders of `level-N.json`) permit differently, each change with
   a witness the guard decides differently under them (`--witnesses`: as corpus cases);
-* `vault-guard lint PATH... [--format text|json]`: passport mistakes, before anything runs;
+* `vault-guard lint PATH... [--format text|json|sarif]`: passport mistakes, before anything runs;
 * `vault-guard --passport FILE < lines.jsonl`: the guard's command line
   (`python -m pytest_vault.guard`), one JSON decision per stdin line.
 """
@@ -153,7 +153,7 @@ def _diff(argv: Sequence[str]) -> int:
     )
     parser.add_argument("old", metavar="OLD", help="passport file, or folder of level-N.json")
     parser.add_argument("new", metavar="NEW", help="the same kind as OLD")
-    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("--format", choices=("text", "json", "sarif"), default="text")
     parser.add_argument(
         "--fail-on-widen", action="store_true", help="exit 1 when any change widens"
     )
@@ -205,6 +205,12 @@ def _diff(argv: Sequence[str]) -> int:
             "changes": [c.to_dict() for c in changes],
         }
         write_out(json.dumps(doc, indent=2, default=_number) + "\n")
+    elif args.format == "sarif":
+        from pytest_vault.policy.diff import load_pairs
+        from pytest_vault.policy.sarif import diff_sarif
+
+        log = diff_sarif(changes, load_pairs(args.old, args.new))
+        write_out(json.dumps(log, indent=1, default=_number) + "\n")
     else:
         write_out(render_diff(changes, verbose=args.verbose))
     effects = [c.effect for c in changes]
@@ -224,11 +230,15 @@ def _lint(argv: Sequence[str]) -> int:
         "unmatchable entries, caps): FILE:POINTER: error|warning: message. Exit 1 on an error.",
     )
     parser.add_argument("paths", metavar="PATH", nargs="+", help="passport files or folders")
-    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("--format", choices=("text", "json", "sarif"), default="text")
     args = parser.parse_args(argv)
     findings = lint_paths(args.paths)
     if args.format == "json":
         write_out(json.dumps({"findings": [f.to_dict() for f in findings]}, indent=2) + "\n")
+    elif args.format == "sarif":
+        from pytest_vault.policy.sarif import lint_sarif
+
+        write_out(json.dumps(lint_sarif(findings), indent=1) + "\n")
     else:
         write_out("".join(f.line() + "\n" for f in findings))
     errors = sum(f.severity == "error" for f in findings)
@@ -241,9 +251,9 @@ _COMMANDS = {"diff": _diff, "lint": _lint}
 
 
 USAGE = """vault-guard --passport FILE < lines.jsonl
-       vault-guard diff OLD NEW [--format text|json] [--fail-on-widen] [-v]
+       vault-guard diff OLD NEW [--format text|json|sarif] [--fail-on-widen] [-v]
                         [--witnesses FILE.jsonl [--level N]]
-       vault-guard lint PATH... [--format text|json]"""
+       vault-guard lint PATH... [--format text|json|sarif]"""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
