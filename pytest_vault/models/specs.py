@@ -9,7 +9,6 @@ from typing import Literal
 
 from pytest_vault.core.errors import VaultError
 from pytest_vault.core.text import KEY_ENV
-from pytest_vault.harness.coin import COIN, coin_chance
 
 CONTROL_MODELS = (
     "scripted:reference",
@@ -23,7 +22,14 @@ PROVIDERS = ("openai", "anthropic")
 
 def is_control(spec: str) -> bool:
     """One of our offline models: a deterministic control, or the seeded coin."""
-    return spec in CONTROL_MODELS or coin_chance(spec) is not None
+    if spec in CONTROL_MODELS:
+        return True
+    if not spec.startswith("scripted:"):
+        return False
+    # Only a scripted spec reads the coin's name: a run of the controls imports no harness.
+    from pytest_vault.harness.coin import coin_chance
+
+    return coin_chance(spec) is not None
 
 
 BASE_URL_ENV = {"openai": "OPENAI_BASE_URL", "anthropic": "ANTHROPIC_BASE_URL"}
@@ -100,7 +106,7 @@ def check_spec(
         if not is_control(spec):
             raise SpecError(
                 f"--vault-model {spec!r}: unknown control; controls are "
-                f"{', '.join(CONTROL_MODELS)} and {COIN}P (P from 0 to 1)"
+                f"{', '.join(CONTROL_MODELS)} and scripted:coin:P (P from 0 to 1)"
             )
         return spec
     parsed = parse_spec(spec, option)
