@@ -551,7 +551,7 @@ def test_json_and_csv_formats(run: Path, tmp_path: Path) -> None:
         check=True,
     )
     data = json.loads(done.stdout)
-    assert list(data) == TABLES
+    assert list(data) == ["verdict", *TABLES]  # the verdict first
     stage = pick(data["stages"], levels="2-4", architecture="guarded", model="all")
     assert {
         k: stage[k]
@@ -602,7 +602,7 @@ def test_html_escapes_every_string(pytester: pytest.Pytester) -> None:
     assert result.ret == 0
     html = (pytester.path / "report.html").read_text()
     assert "<script" not in html
-    escaped = "&lt;script&gt;alert(&#x27;pwned&#x27;)&lt;/script&gt;"
+    escaped = "&lt;script&gt;alert(&#39;pwned&#39;)&lt;/script&gt;"  # as Jinja2 escapes it
     assert f"{escaped}@evil.test" in html  # a recipient the model paid
     assert f"a7{escaped}" in html  # an attack id
     assert f"<td>{escaped}</td>" in html  # a category
