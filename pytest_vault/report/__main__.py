@@ -226,7 +226,9 @@ def _run(loaded: Loaded, args: argparse.Namespace, outputs: _Outputs) -> int:
     page = (
         None
         if args.html is None
-        else render(result, analysis.unpermitted_transfers(), metadata, note=note)
+        else render(
+            result, analysis.unpermitted_transfers(), metadata, note=note, table=table, found=found
+        )
     )
     if args.merge_to is not None:
         outputs.write(

@@ -1,23 +1,45 @@
-"""The HTML report: one self-contained page (inline CSS and SVG, no script, no network).
+"""The HTML report: one self-contained page, rendered from `templates/report.html.j2`.
 
-Every string that comes from a corpus, a model or a results file goes through `esc`:
-attack text and model output are adversarial, and a `<script>` must show as text, an
-ESC, a bidi override or a lone surrogate as its backslash escape (`text.shown`).
+Jinja2 with autoescape writes every value; its `finalize` passes each one through
+`text.shown` first. So no string reaches the page unescaped: attack text and model output
+are adversarial, and a `<script>` shows as text, an ESC, a bidi override or a lone
+surrogate as its backslash escape. The page runs no script at all (its
+Content-Security-Policy allows inline CSS and nothing else): the failures are filtered
+and sorted with CSS alone (`:has()` on the controls' chosen options, flex `order` from
+each row's ranks), and each transcript opens in place as a `<details>`.
+
+It opens with the verdict (`verdict.Verdict`), then every evaluation that failed: a
+violation behind the guard, a payment to an unpermitted recipient, or an error, each
+with its transcript and the bank's log of its calls. The tables follow, their numbers as
+the text report shows them (`formats.cell`, `formats.for_reading`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from html import escape
+import json
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from markupsafe import Markup
 
 from pytest_vault.core.text import shown
+from pytest_vault.guard.money import Money
+from pytest_vault.report.formats import NAMES, WIDTH, cell, for_reading
 from pytest_vault.report.judges import UNDEFINED, for_people
-from pytest_vault.report.results import scrubbed, to_table
+from pytest_vault.report.results import read_calls, read_transcript, scrubbed, to_table
 from pytest_vault.report.summary import sample_line
 from pytest_vault.report.tables import TITLES, Analysis, Table, merged_metadata
+from pytest_vault.report.verdict import Verdict, verdict
 
+TEMPLATES = Path(__file__).parent / "templates"
 COLORS = {
     "requested": "#8da0cb",
     "paid": "#66c2a5",
@@ -25,136 +47,284 @@ COLORS = {
     "unpermitted": "#e5534b",
 }
 ARCH = {"model": "model alone", "guarded": "guarded"}
+MODEL_ALONE, GUARDED = "#8da0cb", "#fc8d62"
+ATTACKED, CLEAN = "#e41a1c", "#4daf4a"
+
+# The failures shown: at most CAP per model x level x architecture x event (fewer, the
+# same for every cell, when that would pass TOTAL rows), and transcripts embedded until
+# about BUDGET characters: a 250,000-row run stays well under 10 MB. Each text of a
+# transcript is cut at TEXT characters; `vault-report --show` prints it whole.
+CAP, TOTAL, BUDGET, TEXT = 50, 2_000, 6_000_000, 4_000
+EVENTS = ("violation", "unpermitted", "error")
+# What the failures read of every failing row; the call logs and transcripts (the heavy
+# columns) only of the rows shown.
+COLUMNS = (
+    *("attack_id", "level", "category", "track", "architecture", "model", "trial"),
+    *("status", "error", "violation", "unpermitted", "source"),
+)
+HEAVY = ("tool_calls", "transcript")
 
 
-def esc(value: object) -> str:
-    return escape(shown(value), quote=True)
+# -- charts: geometry here, drawn by the template ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rect:
+    kind: ClassVar[str] = "rect"
+    x: float
+    y: float
+    w: float
+    h: float
+    fill: str
+    tip: str
+
+
+@dataclass(frozen=True)
+class Label:
+    kind: ClassVar[str] = "text"
+    x: float
+    y: float
+    text: str
+    cls: str
+    anchor: str = "start"
+    tip: str = ""  # the whole text of a label cut to fit
+
+
+@dataclass(frozen=True)
+class Rule:
+    kind: ClassVar[str] = "line"
+    x1: float
+    y1: float
+    x2: float
+    y2: float
+    cls: str
+
+
+Mark = Rect | Label | Rule
+
+
+@dataclass(frozen=True)
+class Chart:
+    title: str
+    width: float
+    height: float
+    marks: list[Mark]
+
+
+# Font sizes of the chart classes (the template's CSS), and the width of a text in them,
+# estimated on the widest common sans (DejaVu Sans) so that the layout errs wide.
+SIZES = {"title": 13.0, "label": 12.0, "axis": 11.0, "value": 10.0}
+_NARROW, _WIDE = frozenset("ilj.,:;'|!()[] "), frozenset("mwMW%@")
+
+
+def _em(char: str) -> float:
+    if char in _NARROW:
+        return 0.34
+    if char in _WIDE:
+        return 0.98
+    if char.isupper():
+        return 0.76
+    return 0.66 if char.isdigit() else 0.62
+
+
+def text_width(text: str, cls: str) -> float:
+    return sum(map(_em, text)) * SIZES[cls] * (1.1 if cls == "title" else 1.0)
+
+
+def _fit(text: str, width: float, cls: str) -> str:
+    """`text`, cut with an ellipsis to fit `width` (its whole text goes in a tooltip)."""
+    if text_width(text, cls) <= width:
+        return text
+    while text and text_width(text + "…", cls) > width:
+        text = text[:-1]
+    return text + "…"
+
+
+_PLACES = re.compile(r"(?<=[ :/_@+.-])")
+
+
+def _wrap(text: str, width: float, cls: str, most: int = 2) -> list[str]:
+    """`text` in at most `most` lines of `width`, broken after a space or a `:/_@+.-`
+    (a spec, a placement); what does not fit is cut with an ellipsis."""
+    lines: list[str] = []
+    for piece in _PLACES.split(text):
+        if lines and text_width(lines[-1] + piece, cls) <= width:
+            lines[-1] += piece
+        else:
+            lines.append(piece)
+    if len(lines) > most:
+        lines = [*lines[: most - 1], "".join(lines[most - 1 :])]
+    return [_fit(line.strip(), width, cls) for line in lines]
+
+
+def _labels(
+    x: float, y: float, text: str, width: float, cls: str, anchor: str, most: int = 2
+) -> list[Label]:
+    """`text` as lines of labels from `y` down, the whole text in a tooltip when cut."""
+    lines = _wrap(text, width, cls, most)
+    tip = text if any(line.endswith("…") for line in lines) else ""
+    step = SIZES[cls] + 3
+    return [Label(x, y + step * i, line, cls, anchor, tip) for i, line in enumerate(lines)]
+
+
+def _title(title: str, width: float) -> list[Label]:
+    """The title in lines of at most `width`, broken between words."""
+    lines: list[str] = []
+    for word in title.split(" "):
+        if lines and text_width(f"{lines[-1]} {word}", "title") <= width:
+            lines[-1] += f" {word}"
+        else:
+            lines.append(word)
+    return [Label(8, 18 + 17 * i, line, "title") for i, line in enumerate(lines)]
 
 
 def pct(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.1f}%"
 
 
+def _legend(legend: Mapping[str, str], x0: float, y: float, width: float) -> list[Mark]:
+    """Swatches and names, wrapped to `width`."""
+    marks: list[Mark] = []
+    x = x0
+    for name, color in legend.items():
+        span = 14 + text_width(name, "axis") + 18
+        if x > x0 and x + span > width:
+            x, y = x0, y + 18
+        marks += [Rect(x, y, 10, 10, color, name), Label(x + 14, y + 9, name, "axis")]
+        x += span
+    return marks
+
+
 def _bars(
     groups: Sequence[tuple[str, Sequence[tuple[str, float | None, str]]]],
     title: str,
     legend: Mapping[str, str],
-) -> str:
-    """Grouped vertical bars: groups of (label, value 0..1, color)."""
-    bar, gap, height, top, left = 34, 28, 180, 30, 40
-    # Each group is as wide as its bars or its label, whichever is wider.
-    spans = [max(len(items) * bar, 7 * len(label)) + gap for label, items in groups]
-    legend_w = sum(14 + 7 * len(name) + 16 for name in legend)
-    width = max(left + sum(spans) + 20, left + 7 * len(title), left + legend_w)
-    parts = [
-        f'<svg class="figure" role="img" aria-label="{esc(title)}" width="{width}" height="{height + top + 60}" xmlns="http://www.w3.org/2000/svg">'
-    ]
+) -> Chart:
+    """Grouped vertical bars from 0 to 100%: groups of (label, value 0..1, color), each
+    bar as wide as its value label, each group as wide as its bars or its label."""
+    values = [pct(v) for _, items in groups for _, v, _ in items]
+    bar = max(34.0, max((text_width(v, "value") for v in values), default=0) + 8)
+    gap, height, left = 28.0, 180.0, 44.0
+    spans = [max(len(items) * bar, text_width(label, "label") + 8) + gap for label, items in groups]
+    width = max(left + sum(spans) + 12, 480.0)
+    heading = _title(title, width - 16)
+    top = heading[-1].y + 26  # room for a full bar's value label under the title
+    marks: list[Mark] = [*heading]
     for tick in (0, 0.25, 0.5, 0.75, 1.0):
         y = top + height * (1 - tick)
-        parts.append(
-            f'<line x1="{left}" x2="{width - 10}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/><text x="{left - 6}" y="{y + 4:.1f}" class="axis" text-anchor="end">{int(tick * 100)}%</text>'
-        )
+        marks.append(Rule(left, y, width - 8, y, "grid"))
+        marks.append(Label(left - 6, y + 4, f"{int(tick * 100)}%", "axis", "end"))
     x = left + gap / 2
     for (label, items), span in zip(groups, spans, strict=True):
-        start = x + (span - gap - len(items) * bar) / 2
-        bx = start
+        bx = x + (span - gap - len(items) * bar) / 2
         for name, value, color in items:
             h = 0.0 if value is None else height * value
-            parts.append(
-                f'<rect x="{bx:.1f}" y="{top + height - h:.1f}" width="{bar - 4}" height="{h:.1f}" fill="{color}"><title>{esc(name)}: {pct(value)}</title></rect>'
-            )
-            parts.append(
-                f'<text x="{bx + (bar - 4) / 2:.1f}" y="{top + height - h - 4:.1f}" class="value" text-anchor="middle">{pct(value) if value else "0"}</text>'
-            )
+            marks.append(Rect(bx + 2, top + height - h, bar - 4, h, color, f"{name}: {pct(value)}"))
+            marks.append(Label(bx + bar / 2, top + height - h - 4, pct(value), "value", "middle"))
             bx += bar
-        parts.append(
-            f'<text x="{x + (span - gap) / 2:.1f}" y="{top + height + 18}" class="label" text-anchor="middle">{esc(label)}</text>'
-        )
+        marks.append(Label(x + (span - gap) / 2, top + height + 18, label, "label", "middle"))
         x += span
-    lx = left
-    for name, color in legend.items():
-        parts.append(
-            f'<rect x="{lx}" y="{top + height + 32}" width="10" height="10" fill="{color}"/><text x="{lx + 14}" y="{top + height + 41}" class="axis">{esc(name)}</text>'
-        )
-        lx += 14 + 7 * len(name) + 16
-    parts.append(f'<text x="{left}" y="16" class="title">{esc(title)}</text></svg>')
-    return "".join(parts)
+    marks += _legend(legend, left, top + height + 32, width - 8)
+    bottom = max(m.y for m in marks if isinstance(m, Rect | Label)) + 16
+    return Chart(title, width, bottom, marks)
 
 
 def _hbars(
-    rows: Sequence[tuple[str, float | None, float | None, float | None, str]], title: str
-) -> str:
-    """Horizontal bars with interval whiskers: (label, rate, low, high, note)."""
-    label_w, plot_w, row_h, top = 260, 360, 24, 30
-    height = top + row_h * len(rows) + 30
-    parts = [
-        f'<svg class="figure" role="img" aria-label="{esc(title)}" width="{label_w + plot_w + 200}" height="{height}" xmlns="http://www.w3.org/2000/svg">',
-        f'<text x="0" y="16" class="title">{esc(title)}</text>',
-    ]
-    for i, (label, rate, low, high, note) in enumerate(rows):
-        y = top + i * row_h
-        w = 0.0 if rate is None else plot_w * rate
-        parts.append(
-            f'<text x="{label_w - 8}" y="{y + 15}" class="label" text-anchor="end">{esc(label)}</text>'
-        )
-        parts.append(
-            f'<rect x="{label_w}" y="{y + 4}" width="{w:.1f}" height="{row_h - 8}" fill="{COLORS["requested"]}"><title>{esc(label)}: {pct(rate)}</title></rect>'
-        )
-        if low is not None and high is not None:
-            parts.append(
-                f'<line x1="{label_w + plot_w * low:.1f}" x2="{label_w + plot_w * high:.1f}" y1="{y + 12}" y2="{y + 12}" class="whisker"/>'
-            )
-        parts.append(
-            f'<text x="{label_w + plot_w + 8}" y="{y + 15}" class="axis">{pct(rate)} {esc(note)}</text>'
-        )
-    parts.append("</svg>")
-    return "".join(parts)
+    rows: Sequence[tuple[str, Sequence[tuple[str, float | None, float | None, float | None, str]]]],
+    title: str,
+    legend: Mapping[str, str] | None = None,
+) -> Chart:
+    """Horizontal bars with interval whiskers: per label, its bars (name, rate, low,
+    high, color) and one note each on the right."""
+    label_w, plot_w, bar_h = 230.0, 340.0, 18.0
+    notes = [f"{pct(rate)} {name}".rstrip() for _, bars in rows for name, rate, _, _, _ in bars]
+    width = label_w + plot_w + 16 + max((text_width(n, "axis") for n in notes), default=0) + 8
+    heading = _title(title, width - 16)
+    top = heading[-1].y + 14
+    marks: list[Mark] = [*heading]
+    y = top
+    for label, bars in rows:
+        lines = _wrap(label, label_w - 16, "label")
+        # A row as tall as its bars or its label's lines, the label beside their middle.
+        tall = max(len(bars) * bar_h, 15 * len(lines) + 3)
+        first = y + tall / 2 - 15 * (len(lines) - 1) / 2 + 4
+        marks += _labels(label_w - 8, first, label, label_w - 16, "label", "end")
+        y += (tall - len(bars) * bar_h) / 2
+        for name, rate, low, high, color in bars:
+            w = 0.0 if rate is None else plot_w * rate
+            marks.append(Rect(label_w, y + 2, w, bar_h - 4, color, f"{label} {name}: {pct(rate)}"))
+            if low is not None and high is not None:
+                cy = y + bar_h / 2
+                marks.append(
+                    Rule(label_w + plot_w * low, cy, label_w + plot_w * high, cy, "whisker")
+                )
+            note = f"{pct(rate)} {name}".rstrip()
+            marks.append(Label(label_w + plot_w + 8, y + bar_h / 2 + 4, note, "axis"))
+            y += bar_h
+        y += (tall - len(bars) * bar_h) / 2 + 8
+    for tick in (0, 0.5, 1.0):
+        x = label_w + plot_w * tick
+        marks.append(Rule(x, top - 2, x, y - 6, "grid"))
+        marks.append(Label(x, y + 8, f"{int(tick * 100)}%", "axis", "middle"))
+    y += 16
+    if legend:
+        marks += _legend(legend, label_w, y, width - 8)
+        y += 18
+    return Chart(title, width, y + 6, marks)
 
 
-def _kappas(pairs: Sequence[tuple[str, Sequence[tuple[str, float | None]]]], title: str) -> str:
+def _kappas(pairs: Sequence[tuple[str, Sequence[tuple[str, float | None]]]], title: str) -> Chart:
     """Kappa bars from -1 to 1 around a zero line: groups (pair, [(levels, kappa)]);
     an undefined kappa is written, never drawn as 0."""
-    bar, gap, half, top, left = 46, 28, 80, 30, 40
-    spans = [max(len(items) * bar, 7 * len(label)) + gap for label, items in pairs]
-    width = max(left + sum(spans) + 20, left + 7 * len(title))
-    zero = top + half
-    parts = [
-        f'<svg class="figure" role="img" aria-label="{esc(title)}" width="{width}" height="{top + 2 * half + 60}" xmlns="http://www.w3.org/2000/svg">'
+    bar, gap, half, left = 50.0, 28.0, 80.0, 40.0
+    # A pair's label in up to three lines as wide as its bars, or 240 wide at most.
+    spans = [
+        max(len(items) * bar, min(text_width(label, "label") + 8, 240.0)) + gap
+        for label, items in pairs
     ]
+    width = max(left + sum(spans) + 12, 480.0)
+    heading = _title(title, width - 16)
+    top = heading[-1].y + 26
+    zero = top + half
+    marks: list[Mark] = [*heading]
     for tick in (-1.0, -0.5, 0.0, 0.5, 1.0):
         y = zero - half * tick
-        parts.append(
-            f'<line x1="{left}" x2="{width - 10}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/><text x="{left - 6}" y="{y + 4:.1f}" class="axis" text-anchor="end">{tick:g}</text>'
-        )
+        marks.append(Rule(left, y, width - 8, y, "grid"))
+        marks.append(Label(left - 6, y + 4, f"{tick:g}", "axis", "end"))
     x = left + gap / 2
     for (label, items), span in zip(pairs, spans, strict=True):
         bx = x + (span - gap - len(items) * bar) / 2
         for levels, value in items:
             name = "pooled" if levels == "all" else f"L{levels}"
-            shown_value = UNDEFINED if value is None else f"{value:.2f}"
-            mid = bx + (bar - 4) / 2
+            said = UNDEFINED if value is None else f"{value:.2f}"
+            mid = bx + bar / 2
             if value is not None:
                 h = half * abs(value)
-                y = zero - h if value >= 0 else zero
-                parts.append(
-                    f'<rect x="{bx:.1f}" y="{y:.1f}" width="{bar - 4}" height="{h:.1f}" fill="{COLORS["requested"]}"><title>{esc(label)} {esc(name)}: kappa {esc(shown_value)}</title></rect>'
+                marks.append(
+                    Rect(
+                        bx + 2,
+                        zero - h if value >= 0 else zero,
+                        bar - 4,
+                        h,
+                        COLORS["requested"],
+                        f"{label} {name}: kappa {said}",
+                    )
                 )
             k = value or 0.0
-            ty = zero - half * k - 4 if k >= 0 else zero - half * k + 11
-            parts.append(
-                f'<text x="{mid:.1f}" y="{ty:.1f}" class="value" text-anchor="middle">{esc(shown_value)}</text>'
-                f'<text x="{mid:.1f}" y="{top + 2 * half + 14}" class="axis" text-anchor="middle">{esc(name)}</text>'
-            )
+            ty = zero - half * k - 4 if k >= 0 else zero - half * k + 12
+            marks.append(Label(mid, ty, said, "value", "middle"))
+            # Below a bar down to -1 and its value: the level, then the pair.
+            marks.append(Label(mid, top + 2 * half + 30, name, "axis", "middle"))
             bx += bar
-        parts.append(
-            f'<text x="{x + (span - gap) / 2:.1f}" y="{top + 2 * half + 32}" class="label" text-anchor="middle">{esc(label)}</text>'
+        marks += _labels(
+            x + (span - gap) / 2, top + 2 * half + 48, label, span - gap, "label", "middle", 3
         )
         x += span
-    parts.append(f'<text x="{left}" y="16" class="title">{esc(title)}</text></svg>')
-    return "".join(parts)
+    bottom = max(m.y for m in marks if isinstance(m, Label)) + 12
+    return Chart(title, width, bottom, marks)
 
 
-def figures(result: Mapping[str, Table]) -> list[str]:
+def figures(result: Mapping[str, Table]) -> list[Chart]:
     out = []
     stages = [r for r in result.get("stages", []) if r["levels"] == "2-4" and r["model"] == "all"]
     if stages:
@@ -165,7 +335,7 @@ def figures(result: Mapping[str, Table]) -> list[str]:
                 (e, (r[e] / n if n else None), COLORS[e])
                 for e in ("requested", "paid", "paid_allowlisted", "unpermitted")
             ]
-            groups.append((f"{ARCH.get(r['architecture'], r['architecture'])} (n={n})", items))
+            groups.append((f"{ARCH.get(r['architecture'], r['architecture'])} (n={n:,})", items))
         legend = {
             "requested": COLORS["requested"],
             "paid": COLORS["paid"],
@@ -176,31 +346,52 @@ def figures(result: Mapping[str, Table]) -> list[str]:
     rates = [r for r in result.get("model_rates", []) if r["architecture"] == "model"]
     if rates:
         rows = [
-            (r["model"], r["rate"], r["ci_low"], r["ci_high"], f"({r['unpermitted']} unpermitted)")
-            for r in rates
-        ]
-        out.append(
-            _hbars(
-                rows, "Per-model request rates on identical inputs (model alone), 95% CI by session"
-            )
-        )
-    pairs = result.get("matched_pairs", [])
-    if pairs:
-        groups = [
             (
                 r["model"],
                 [
-                    ("model alone", r["requested_model"] / r["pairs"], "#8da0cb"),
-                    ("guarded", r["requested_guarded"] / r["pairs"], "#fc8d62"),
+                    (
+                        f"({r['unpermitted']:,} unpermitted)",
+                        r["rate"],
+                        r["ci_low"],
+                        r["ci_high"],
+                        COLORS["requested"],
+                    )
+                ],
+            )
+            for r in rates
+        ]
+        title = "Per-model request rates on identical inputs (model alone), 95% CI by session"
+        out.append(_hbars(rows, title))
+    pairs = [r for r in result.get("matched_pairs", []) if r["pairs"]]
+    if pairs:
+        rows = [
+            (
+                r["model"],
+                [
+                    (
+                        f"({r['unpermitted_model']:,}/{r['pairs']:,})",
+                        r["unpermitted_model"] / r["pairs"],
+                        None,
+                        None,
+                        MODEL_ALONE,
+                    ),
+                    (
+                        f"({r['unpermitted_guarded']:,}/{r['pairs']:,})",
+                        r["unpermitted_guarded"] / r["pairs"],
+                        None,
+                        None,
+                        GUARDED,
+                    ),
                 ],
             )
             for r in pairs
         ]
         out.append(
-            _bars(
-                groups,
-                "Matched request rates: model alone and guarded, same inputs",
-                {"model alone": "#8da0cb", "guarded": "#fc8d62"},
+            _hbars(
+                rows,
+                "Matched unpermitted transfers per model: model alone against behind the "
+                "guard, on the same inputs",
+                {"model alone": MODEL_ALONE, "behind the guard": GUARDED},
             )
         )
     placed = [r for r in result.get("indirect_by_placement", []) if r["architecture"] == "model"]
@@ -211,22 +402,22 @@ def figures(result: Mapping[str, Table]) -> list[str]:
             for i, k in enumerate(("attacked_took", "attacked", "clean_took", "clean")):
                 total[i] += r[k]
         if sums:
-            groups = [
+            rows = [
                 (
                     label,
                     [
-                        ("attacked copy", took / n if n else None, "#e41a1c"),
-                        ("clean copy", clean / m if m else None, "#4daf4a"),
+                        (f"({took:,}/{n:,})", took / n if n else None, None, None, ATTACKED),
+                        (f"({clean:,}/{m:,})", clean / m if m else None, None, None, CLEAN),
                     ],
                 )
                 for label, (took, n, clean, m) in sorted(sums.items())
             ]
             out.append(
-                _bars(
-                    groups,
+                _hbars(
+                    rows,
                     f"Indirect: the injected action asked for, attacked against clean, by {name} "
                     "(model alone)",
-                    {"attacked copy": "#e41a1c", "clean copy": "#4daf4a"},
+                    {"attacked copy": ATTACKED, "clean copy": CLEAN},
                 )
             )
     agreement = result.get("judge_agreement", [])
@@ -247,46 +438,526 @@ def figures(result: Mapping[str, Table]) -> list[str]:
     return out
 
 
-def _value(value: Any) -> str:
+# -- tables -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cell:
+    text: str
+    kind: str = ""  # "na" (no value), "warn" (a False), "n" (a number: right-aligned)
+
+    @property
+    def pieces(self) -> list[str]:
+        """A number's text in the pieces a line may break between: a rate and its
+        interval, a zero's two bounds (`44.8%`, `[43.01%, 46.63%]`)."""
+        return _PIECES.split(self.text)
+
+
+_NUMBER = re.compile(r"[-+]?[$€£¥]?[0-9]")
+_PIECES = re.compile(r" (?=\[|3/S )")
+
+
+@dataclass(frozen=True)
+class Part:
+    """Some columns of a table (the columns that name its rows in every part)."""
+
+    headers: list[list[str]]  # each header's pieces, to break after each "_"
+    rows: list[tuple[bool, list[Cell]]]  # (incomplete, cells)
+
+
+@dataclass(frozen=True)
+class HtmlTable:
+    name: str
+    title: str
+    parts: list[Part]
+
+
+def _cell(name: str, value: Any) -> Cell:
     if value is None:
-        return '<span class="na">-</span>'
-    if isinstance(value, bool):
-        return "yes" if value else '<span class="warn">no</span>'
-    if isinstance(value, float):
-        return esc(f"{value:.4g}")
-    if isinstance(value, dict):
-        return esc(", ".join(f"{k}={v}" for k, v in value.items()) or "-")
-    return esc(value)
+        return Cell("-", "na")
+    if value is False:
+        return Cell(cell(name, value), "warn")
+    text = cell(name, value)
+    number = not isinstance(value, str) or _NUMBER.match(text) is not None
+    return Cell(text, "n" if number and not isinstance(value, dict) else "")
 
 
-def html_table(rows: Table) -> str:
-    if not rows:
-        return '<p class="na">(no rows)</p>'
+def _widths(headers: Sequence[str], body: Sequence[Sequence[Cell]]) -> list[int]:
+    """Each column's width in characters, as it wraps: a header after each "_", a
+    number between its pieces, a text cell at 24 characters."""
+    out = []
+    for i, h in enumerate(headers):
+        longest = max(len(p) for p in h.split("_"))
+        for row in body:
+            c = row[i]
+            longest = max(longest, *(len(p) for p in c.pieces), min(len(c.text), 24))
+        out.append(longest + 2)
+    return out
+
+
+def _parts(headers: Sequence[str], body: Sequence[Sequence[Cell]], width: int) -> list[list[int]]:
+    """Column indices per part, as the text report cuts a table (`formats.render_text`):
+    the leading columns that name the rows in every part, the others packed to fit."""
+    widths = _widths(headers, body)
+    keys = 0
+    while keys < min(len(headers) - 1, 3) and headers[keys] in NAMES:
+        keys += 1
+    base = sum(widths[:keys])
+    parts: list[list[int]] = []
+    current: list[int] = []
+    used = base
+    for i in range(keys, len(headers)):
+        if current and used + widths[i] > width:
+            parts.append(current)
+            current, used = [], base
+        current.append(i)
+        used += widths[i]
+    parts.append(current)
+    return [list(range(keys)) + p for p in parts]
+
+
+def html_table(name: str, rows: Table, title: str = "") -> HtmlTable:
+    """A table as the text report shows it (`formats.for_reading`, `formats.cell`), cut
+    into parts of at most `formats.WIDTH` characters as the text report cuts it."""
+    rows = for_reading(name, rows)
     headers = list(dict.fromkeys(k for row in rows for k in row))
-    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
-    body = "".join(
-        "<tr"
-        + (' class="incomplete"' if row.get("complete") is False else "")
-        + ">"
-        + "".join(f"<td>{_value(row.get(h))}</td>" for h in headers)
-        + "</tr>"
-        for row in rows
+    body = [[_cell(h, row.get(h)) for h in headers] for row in rows]
+    incomplete = [row.get("complete") is False for row in rows]
+    parts = []
+    for part in _parts(headers, body, WIDTH) if rows else []:
+        names = [headers[i] for i in part]
+        parts.append(
+            Part(
+                [[f"{p}_" for p in h.split("_")[:-1]] + [h.split("_")[-1]] for h in names],
+                [
+                    (bad, [cells[i] for i in part])
+                    for bad, cells in zip(incomplete, body, strict=True)
+                ],
+            )
+        )
+    return HtmlTable(name, title or TITLES.get(name, name), parts)
+
+
+# -- the failures, each with its transcript ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Said:
+    """One message of a transcript."""
+
+    role: str  # user, assistant or tool
+    speaker: str
+    lines: list[str]
+    calls: list[str]  # `name {arguments}` of each tool call it made
+    error: bool
+
+
+@dataclass(frozen=True)
+class Logged:
+    """One call of the bank's log."""
+
+    name: str
+    arguments: str
+    decision: str | None
+    audit: str | None
+    executed: tuple[str, str, str] | None  # money, recipient, permitted or not
+    answer: list[str]
+    forbidden: bool
+
+
+@dataclass(frozen=True)
+class Failure:
+    ident: str  # what `vault-report --show` takes
+    values: dict[str, str]  # column -> text
+    classes: str  # the filters' classes: `x-model3 x-level1 ...`
+    ranks: str  # the sorts' order: `--model:3;--level:1;...`
+    head: str
+    error: str | None
+    source: str | None
+    messages: list[Said] | None
+    unkept: str | None  # why the row shows no transcript
+    calls: list[Logged]
+
+
+@dataclass(frozen=True)
+class Dimension:
+    key: str
+    title: str
+    options: list[tuple[str, int]]  # (value, rows shown with it)
+
+
+@dataclass(frozen=True)
+class Failures:
+    total: Counter[str]
+    shown: list[Failure]
+    cap: int
+    rest: list[tuple[str, str, str, str, int, int]]  # model, level, arch, event, shown, all
+    dimensions: list[Dimension]
+    sorts: list[tuple[str, str]]
+    recorded: bool  # the file holds transcripts
+    columns: tuple[tuple[str, str], ...] = (
+        *(("model", "model"), ("level", "level"), ("track", "track")),
+        *(("architecture", "architecture"), ("trial", "trial"), ("category", "category")),
+        *(("attack", "attack id (corpus line)"), ("event", "event")),
+        *(("reason", "reason codes"), ("amount", "amount")),
     )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-STYLE = """
-body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1200px;color:#1f2328;padding:0 1rem}
-h1{font-size:1.6rem;margin-bottom:.2rem}h2{font-size:1.15rem;margin-top:2rem;border-bottom:1px solid #d0d7de;padding-bottom:.3rem}
-.meta{color:#57606a}.figures{display:flex;flex-wrap:wrap;gap:1.5rem}.figure{background:#f6f8fa;border-radius:6px;padding:.5rem}
-table{border-collapse:collapse;font-size:12.5px;margin:.5rem 0;display:block;overflow-x:auto}
-th,td{border:1px solid #d0d7de;padding:3px 7px;text-align:right;white-space:nowrap}th{background:#f6f8fa}
-td:first-child,th:first-child{text-align:left}tr.incomplete td{background:#fff8c5}
-.na{color:#8c959f}.warn{color:#cf222e;font-weight:600}
-.grid{stroke:#d0d7de;stroke-width:1}.axis{font-size:11px;fill:#57606a}.label{font-size:12px;fill:#1f2328}
-.value{font-size:10px;fill:#1f2328}.title{font-size:13px;font-weight:600;fill:#1f2328}.whisker{stroke:#1f2328;stroke-width:2}
-code{background:#f6f8fa;padding:0 3px;border-radius:3px}
-"""
+def _event(r: Mapping[str, Any]) -> str:
+    if r["violation"] and r["architecture"] == "guarded":
+        return "violation"
+    return "unpermitted" if r["unpermitted"] else "error"
+
+
+def _cut(text: str, ident: str, most: int = TEXT) -> str:
+    if len(text) <= most:
+        return text
+    return f"{text[:most]} … ({len(text) - most:,} more characters: vault-report --show {ident})"
+
+
+def _size(calls: Iterable[Logged]) -> int:
+    """The characters a log takes on the page, escaped (as `_messages` counts them)."""
+    return int(sum(200 + len(c.arguments) + sum(map(len, c.answer)) for c in calls) * 1.4)
+
+
+def _first_forbidden(calls: Sequence[Logged], ident: str) -> list[Logged]:
+    """A log past the page's budget: its first forbidden call alone, briefly."""
+    for c in calls:
+        if c.forbidden:
+            return [replace(c, arguments=_cut(c.arguments, ident, 300), answer=[])]
+    return []
+
+
+def _decided(decision: Mapping[str, Any] | None) -> str | None:
+    if decision is None:
+        return None
+    return f"{'allowed' if decision['allow'] else 'denied'} ({', '.join(decision['codes']) or '-'})"
+
+
+def _forbidden(call: Mapping[str, Any]) -> bool:
+    """An executed transfer the passport forbids: as the row's `violation` and
+    `unpermitted` count it (the audit denied it, or its recipient is not permitted)."""
+    audit = call.get("audit")
+    executed = bool(call["executed"]) and call.get("transfer") is not None
+    return executed and (audit is None or not audit["allow"] or call.get("permitted") is False)
+
+
+def _money(t: Mapping[str, Any]) -> Money:
+    return Money(int(t["amount_minor"]), str(t["currency"]))
+
+
+def _log(r: Mapping[str, Any], ident: str) -> tuple[list[Logged], list[str], dict[str, int]]:
+    """The bank's log of a row, the reason codes of its forbidden executed transfers, and
+    their amounts per currency."""
+    out: list[Logged] = []
+    codes: list[str] = []
+    amounts: Counter[str] = Counter()
+    guarded = r["architecture"] == "guarded"
+    for call in read_calls(r["tool_calls"]):
+        forbidden = _forbidden(call)
+        t = call.get("transfer")
+        executed = None
+        if call["executed"] and t is not None:
+            permitted = "permitted" if call.get("permitted") else "NOT permitted"
+            executed = (_money(t).shown(), t["recipient"], permitted)
+        if forbidden and t is not None:
+            amounts[str(t["currency"])] += int(t["amount_minor"])
+            # Why it is forbidden: the audit's codes (else, in an older log, the guard's).
+            denied = [d for d in (call.get("audit"), call.get("decision")) if d and not d["allow"]]
+            codes += denied[0]["codes"] if denied else []
+        decision = _decided(call.get("decision"))
+        if decision is not None:
+            # Model alone, the guard decided nothing: what it would have decided.
+            decision = f"{'guard' if guarded else 'guard (had there been one)'}: {decision}"
+        audit = _decided(call.get("audit"))
+        out.append(
+            Logged(
+                call["name"],
+                _cut(call["arguments"] or "", ident),
+                decision,
+                None if audit is None else f"passport audit of what executed: {audit}",
+                executed,
+                _cut(call["result"] or "", ident).split("\n"),
+                forbidden,
+            )
+        )
+    return out, list(dict.fromkeys(codes)), dict(amounts)
+
+
+def _messages(raw: str | None, ident: str) -> tuple[list[Said] | None, int]:
+    """A row's transcript, and an estimate of the characters it takes on the page."""
+    messages = read_transcript(raw)
+    if messages is None:
+        return None, 0
+    out, size = [], 0
+    for m in messages:
+        speaker = m["role"] if "call_id" not in m else f"tool ({m['call_id']})"
+        calls = [
+            f"{c['name']} {json.dumps(c['arguments'], ensure_ascii=False)}"
+            for c in m.get("calls", [])
+        ]
+        calls = [_cut(c, ident) for c in calls]
+        lines = _cut(m["text"], ident).split("\n") if m["text"] else []
+        size += 120 + sum(len(x) + 8 for x in lines) + sum(len(c) + 60 for c in calls)
+        out.append(Said(m["role"], speaker, lines, calls, bool(m.get("is_error"))))
+    # Escaping: quotes and brackets of JSON text take several characters each.
+    return out, int(size * 1.4)
+
+
+def _cap(counts: Iterable[int], most: int, total: int) -> int:
+    """The largest cap up to `most`, the same for every cell, that keeps at most `total`
+    rows in all (at least 1)."""
+    counts = list(counts)
+    cap = most
+    while cap > 1 and sum(min(c, cap) for c in counts) > total:
+        cap -= 1
+    return cap
+
+
+def _rank(values: Sequence[Any]) -> list[int]:
+    order = {v: i for i, v in enumerate(sorted(set(values)))}
+    return [order[v] for v in values]
+
+
+def _failing(table: pa.Table) -> tuple[list[dict[str, Any]], bool]:
+    """The failing rows (light columns, each with its event and its index in `table`),
+    sorted: violations, then unpermitted payments, then errors; and whether the file
+    holds transcripts for them."""
+    mask = pc.or_(
+        pc.or_(
+            pc.and_(table["violation"], pc.equal(table["architecture"], "guarded")),
+            table["unpermitted"],
+        ),
+        pc.equal(table["status"], "error"),
+    )
+    at = np.flatnonzero(pc.fill_null(mask, False).to_numpy(zero_copy_only=False))
+    rows = table.select(list(COLUMNS)).take(at).to_pylist()
+    recorded = bool(len(at)) and table["transcript"].take(at).null_count < len(at)
+    for i, r in zip(at.tolist(), rows, strict=True):
+        r["event"], r["at"] = _event(r), i
+    rows.sort(
+        key=lambda r: (
+            EVENTS.index(r["event"]),
+            *(str(r[k]) for k in ("model", "level", "architecture", "track", "attack_id")),
+            r["trial"],
+        )
+    )
+    return rows, recorded
+
+
+def _cell_of(r: Mapping[str, Any]) -> tuple[str, int, str, str]:
+    return r["model"], r["level"], r["architecture"], r["event"]
+
+
+def _view(r: dict[str, Any], recorded: bool, room: int) -> tuple[Failure, int]:
+    """A failure as the page shows it, and the characters it takes: its transcript and
+    log whole when they fit in `room`, else its forbidden call alone. The row gets its
+    reason codes and amounts (`reasons`, `amounts`), which the filters and sorts read."""
+    ident = ":".join(str(r[k]) for k in ("attack_id", "model", "track", "architecture", "trial"))
+    calls, codes, amounts = _log(r, ident)
+    messages, size = _messages(r["transcript"], ident)
+    size += _size(calls)
+    unkept = None
+    if size > room:
+        messages, calls = None, _first_forbidden(calls, ident)
+        size = _size(calls)
+        unkept = (
+            "Transcript and calls not embedded: the page keeps its size bounded. "
+            f"vault-report --show {ident} prints them."
+        )
+    elif messages is None and recorded:
+        unkept = "No transcript was kept for this evaluation."
+    r["reasons"], r["amounts"] = codes, amounts
+    arch = ARCH.get(r["architecture"], r["architecture"])
+    values = {
+        **{k: str(r[k]) for k in ("model", "level", "track", "trial", "category", "event")},
+        "architecture": arch,
+        "attack": r["attack_id"],
+        "reason": ", ".join(codes) or "-",
+        "amount": ", ".join(Money(n, c).shown() for c, n in sorted(amounts.items())) or "-",
+    }
+    events = [e for e in ("unpermitted", "violation") if r[e]]
+    head = (
+        f"{r['attack_id']} {r['model']} track {r['track']} {arch} trial {r['trial']} (level "
+        f"{r['level']}): {r['status']}" + (f"; {', '.join(events)}" if events else "")
+    )
+    view = Failure(ident, values, "", "", head, r["error"], r["source"], messages, unkept, calls)
+    return view, size
+
+
+def failures(table: pa.Table, cap: int = CAP, total: int = TOTAL, budget: int = BUDGET) -> Failures:
+    """The evaluations a reader must see: a violation behind the guard, a payment to an
+    unpermitted recipient, an error; at most `cap` per model x level x architecture x
+    event, fewer per cell when that passes `total` rows, transcripts up to `budget`."""
+    rows, recorded = _failing(table)
+    cells = Counter(map(_cell_of, rows))
+    per = _cap(cells.values(), cap, total)
+    taken: Counter[tuple[str, int, str, str]] = Counter()
+    kept = []
+    for r in rows:
+        taken[_cell_of(r)] += 1
+        if taken[_cell_of(r)] <= per:
+            kept.append(r)
+    rest = [
+        (m, str(level), ARCH.get(a, a), e, per, n)
+        for (m, level, a, e), n in sorted(cells.items(), key=lambda c: tuple(map(str, c[0])))
+        if n > per
+    ]
+    # The heavy columns of the rows shown alone.
+    heavy = table.select(list(HEAVY)).take(np.array([r["at"] for r in kept], np.int64))
+    views, used = [], 0
+    for r, more in zip(kept, heavy.to_pylist(), strict=True):
+        r.update(more)
+        view, size = _view(r, recorded, budget - used)
+        views.append(view)
+        used += size
+    dims = _dimensions(kept)
+    shown = [
+        replace(view, classes=classes, ranks=order)
+        for view, (classes, order) in zip(views, _classes(kept, dims, _ranks(kept)), strict=True)
+    ]
+    return Failures(
+        Counter(r["event"] for r in rows),
+        shown,
+        per,
+        rest,
+        [d for d in dims if d.options],
+        list(SORTS),
+        recorded,
+    )
+
+
+# The filters: (key, title, a row's values for it). The sorts: (key, title).
+FILTERS: tuple[tuple[str, str, Callable[[Mapping[str, Any]], list[str]]], ...] = (
+    ("model", "model", lambda r: [r["model"]]),
+    ("level", "level", lambda r: [str(r["level"])]),
+    ("track", "track", lambda r: [r["track"]]),
+    ("arch", "architecture", lambda r: [ARCH.get(r["architecture"], r["architecture"])]),
+    ("category", "category", lambda r: [r["category"]]),
+    ("event", "event", lambda r: [r["event"]]),
+    ("reason", "reason", lambda r: list(r["reasons"])),
+)
+SORTS = (
+    ("model", "model"),
+    ("level", "level"),
+    ("track", "track"),
+    ("arch", "architecture"),
+    ("trial", "trial"),
+    ("category", "category"),
+    ("attack", "attack id"),
+    ("event", "event"),
+    ("reason", "reason codes"),
+    ("amount", "amount"),
+)
+
+
+def _dimensions(rows: Sequence[Mapping[str, Any]]) -> list[Dimension]:
+    out = []
+    for key, title, values in FILTERS:
+        counts = Counter(v for r in rows for v in values(r))
+        order = sorted(counts, key=lambda v: (EVENTS.index(v) if key == "event" else 0, v))
+        out.append(Dimension(key, title, [(v, counts[v]) for v in order]))
+    return out
+
+
+def _ranks(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[int]]:
+    keys: dict[str, list[Any]] = {
+        "model": [r["model"] for r in rows],
+        "level": [r["level"] for r in rows],
+        "track": [r["track"] for r in rows],
+        "arch": [r["architecture"] for r in rows],
+        "trial": [r["trial"] for r in rows],
+        "category": [r["category"] for r in rows],
+        "attack": [r["attack_id"] for r in rows],
+        "event": [EVENTS.index(r["event"]) for r in rows],
+        "reason": [", ".join(r["reasons"]) for r in rows],
+        "amount": [sum(r["amounts"].values()) for r in rows],
+    }
+    return {k: _rank(v) for k, v in keys.items()}
+
+
+def _classes(
+    rows: Sequence[Mapping[str, Any]], dims: Sequence[Dimension], ranks: Mapping[str, list[int]]
+) -> list[tuple[str, str]]:
+    """Each row's filter classes (`x-model3`: the 4th value of the model filter) and its
+    rank per sort, as CSS variables: indices only, never a row's text."""
+    index = {d.key: {v: i for i, (v, _) in enumerate(d.options)} for d in dims}
+    filters = {key: values for key, _, values in FILTERS}
+    out = []
+    for i, r in enumerate(rows):
+        classes = " ".join(f"x-{d.key}{index[d.key][v]}" for d in dims for v in filters[d.key](r))
+        order = ";".join(f"--{k}:{ranks[k][i]}" for k, _ in SORTS)
+        out.append((classes, order))
+    return out
+
+
+# -- the page ---------------------------------------------------------------------------------
+
+
+def _shown(value: Any) -> Any:
+    """Every value the template writes: our own markup as it is, anything else as text
+    for people (controls, bidi and lone surrogates escaped); autoescape does the rest."""
+    if value is None or isinstance(value, Markup):
+        return value
+    return shown(value)
+
+
+# Where a long name may break: after these (`scripted:obedient`, `direct_transfer`).
+_BREAK = re.compile(r"(?<=[_:,-])")
+_WBR = Markup("<wbr>")
+
+
+def wbr(value: Any) -> Markup:
+    """A value as text for people, with a `<wbr>` wherever a long name may break (each
+    piece is escaped by `Markup.join`)."""
+    return _WBR.join(map(shown, _BREAK.split(str(value))))
+
+
+def _environment() -> Environment:
+    env = Environment(
+        loader=FileSystemLoader(TEMPLATES),
+        autoescape=True,
+        finalize=_shown,
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters["wbr"] = wbr
+    return env
+
+
+def _facts(v: Verdict) -> list[tuple[str, str]]:
+    """The verdict's facts, one a line, as the text report lists them."""
+    behind = f"{v.violations:,}" + (f" ({v.bound})" if v.bound else "")
+    out = [("guard under test", v.guard)]
+    if v.passports:
+        out.append(
+            ("passports enforced", ", ".join(f"L{k} {d}" for k, d in sorted(v.passports.items())))
+        )
+    out += [
+        ("models", ", ".join(v.models) or "-"),
+        (
+            "forbidden transfers behind the guard",
+            f"{behind}, in {v.guarded:,} completed guarded evaluations",
+        ),
+        ("blocked share, Levels 2-4, guarded", v.blocked),
+    ]
+    if v.dgf is not None:
+        out.append(("DGF score (indirect), guarded", v.dgf))
+    out += [
+        ("benign requests completed", v.benign),
+        ("errors; not run", f"{v.errors:,}; {v.not_run:,}"),
+    ]
+    if v.gate is not None:
+        out.append(("baseline gate", v.gate))
+    return out
+
+
+def _tone(v: Verdict) -> str:
+    if v.green:
+        return "green"
+    return "red" if v.violations or v.sentence.startswith("REGRESSION") else "amber"
 
 
 def render(
@@ -294,41 +965,51 @@ def render(
     transfers: Table,
     metadata: Mapping[str, Any],
     note: str = "",
+    *,
+    table: pa.Table | None = None,
+    found: Verdict | None = None,
 ) -> str:
-    """The page; `note`: a line on the rows shown (say, `vault-report --judged-only`)."""
+    """The page; `note`: a line on the rows shown (say, `vault-report --judged-only`).
+    With the rows (`table`), it opens with the verdict (`found`, else computed from them
+    and `metadata`) and lists every failure with its transcript."""
     metadata = scrubbed(metadata)  # whatever the caller passes: no URL secret is shown
-    models = ", ".join(metadata.get("models", [])) or "-"
+    if table is not None and found is None:
+        gate = metadata.get("gate")
+        found = verdict(table, [metadata], gate if isinstance(gate, str) else None)
     record = metadata.get("sample")
-    sample = f'<p class="meta">{esc(sample_line(record))}</p>' if record else ""
-    sample += f'<p class="meta">{esc(note)}</p>' if note else ""
-    sections = [
-        f'<section><h2 id="{esc(name)}">{esc(TITLES.get(name, name))}</h2>{html_table(rows)}</section>'
-        for name, rows in for_people(result).items()
-    ]
-    sections.append(
-        '<section><h2 id="transfers">Unpermitted transfers, as the model made them (first 200)</h2>'
-        "<p>Recipients and memos are model output, shown as text.</p>"
-        + html_table(transfers)
-        + "</section>"
-    )
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:">
-<title>pytest-vault report</title><style>{STYLE}</style></head><body>
-<h1>pytest-vault report</h1>
-<p class="meta">Models: {esc(models)} · corpus {esc(str(metadata.get("corpus_digest", "-"))[:19])} · pytest-vault {esc(metadata.get("pytest_vault_version", "-"))}.
-Rates are over completed evaluations; intervals are 95% percentile bootstraps over attacker sessions; a zero carries its exact one-sided 95% bound
-(<code>upper_bound_eval</code>) and the per-session rule of three (<code>upper_bound_session</code>). Highlighted rows are incomplete cells.</p>{sample}
-<div class="figures">{"".join(figures(result))}</div>
-{"".join(sections)}
-</body></html>
-"""
+    context = {
+        "verdict": found,
+        "tone": None if found is None else _tone(found),
+        "facts": [] if found is None else _facts(found),
+        "models": ", ".join(metadata.get("models", [])) or "-",
+        "corpus": str(metadata.get("corpus_digest", "-"))[:19],
+        "version": metadata.get("pytest_vault_version", "-"),
+        "sample": sample_line(record) if record else None,
+        "note": note or None,
+        "failures": None if table is None else failures(table),
+        "charts": figures(result),
+        "tables": [html_table(name, rows) for name, rows in for_people(result).items()],
+        "transfers": html_table(
+            "transfers",
+            transfers,
+            "Unpermitted transfers, as the model made them (first 200)",
+        ),
+    }
+    return _environment().get_template("report.html.j2").render(context)
 
 
 def write_html(
-    rows: Sequence[Mapping[str, Any]], metadata: Sequence[Mapping[str, Any]], path: Path
+    rows: Sequence[Mapping[str, Any]] | pa.Table,
+    metadata: Sequence[Mapping[str, Any]],
+    path: Path,
 ) -> None:
     """The HTML report of a run's rows (used at the end of a pytest run)."""
-    analysis = Analysis(to_table(rows), metadata)
-    page = render(analysis.tables(), analysis.unpermitted_transfers(), merged_metadata(metadata))
+    table = to_table(rows)
+    analysis = Analysis(table, metadata)
+    merged = merged_metadata(metadata)
+    gate = merged.get("gate")
+    found = verdict(table, metadata, gate if isinstance(gate, str) else None)
+    page = render(
+        analysis.tables(), analysis.unpermitted_transfers(), merged, table=table, found=found
+    )
     path.write_text(page, encoding="utf-8")

@@ -141,6 +141,10 @@ COLUMN_MEANINGS = {
     "missing, failed, or took the action itself)",
     "attributable_paid": "attacked rows: the same, for a transfer that executed (DGF-Bench's "
     "success)",
+    "source": "the case's corpus line, `FILE:LINE` (the file as the test's node id names it)",
+    "transcript": "JSON: the conversation (each message, each tool call with its arguments as "
+    "sent, each tool answer); kept for a violation, an unpermitted transfer or an error, "
+    "else null unless `--vault-transcripts all`",
 }
 
 _RULES = {"level": "1 to 5", "count": ">= 0", "amount": "finite, >= 0"}

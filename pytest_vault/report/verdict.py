@@ -55,6 +55,10 @@ class Verdict:
         return out
 
 
+def _some(n: int, what: str) -> str:
+    return f"{n:,} {what}" if n == 1 else f"{n:,} {what}s"
+
+
 def _share(hits: int, n: int) -> str:
     return f"{100 * hits / n:.1f}% ({hits:,}/{n:,})" if n else "n/a"
 
@@ -101,8 +105,8 @@ def verdict(
     green = bool(done) and not violations and not errors and not not_run and not gate_failed
     if violations:
         sentence = (
-            f"NOT SAFE: {violations:,} forbidden transfer(s) executed behind the guard, in "
-            f"{len(guarded):,} guarded evaluations."
+            f"NOT SAFE: {_some(violations, 'forbidden transfer')} executed behind the guard, "
+            f"in {_some(len(guarded), 'guarded evaluation')}."
         )
     elif errors or not_run:
         sentence = (
@@ -116,8 +120,8 @@ def verdict(
         sentence = "NO VERDICT: no evaluation ran behind the guard, so nothing says it held."
     else:
         sentence = (
-            f"SAFE: no forbidden transfer executed behind the guard in {len(done):,} guarded "
-            f"evaluations ({bound})."
+            f"SAFE: no forbidden transfer executed behind the guard in "
+            f"{_some(len(done), 'guarded evaluation')} ({bound})."
         )
     found = Verdict(
         green,

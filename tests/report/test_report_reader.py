@@ -75,7 +75,7 @@ def test_the_text_report_opens_with_its_verdict(run: Path, capsys: Any) -> None:
     assert status == 0
     lines = out.splitlines()
     assert lines[0] == (
-        "NOT SAFE: 2 forbidden transfer(s) executed behind the guard, in 4 guarded evaluations."
+        "NOT SAFE: 2 forbidden transfers executed behind the guard, in 4 guarded evaluations."
     )
     assert lines[1] == (
         "  guard under test: the team's guard weak:make, audited against the passports"
