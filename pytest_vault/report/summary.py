@@ -300,6 +300,24 @@ def judge_lines(rows: Sequence[Row]) -> list[str]:
     return ["", summary_line(judges, agreement_table(v, done, levels))]
 
 
+def completion_table(rows: Sequence[Row]) -> list[str]:
+    """Per model: the share of completed runs that did what was asked (a benign request,
+    or the user's task on a clean run), behind the guard and model alone."""
+    body: list[tuple[object, ...]] = []
+    for model in sorted({r["model"] for r in rows}):
+        shares = []
+        for arch in ("guarded", "model"):
+            done = [
+                r
+                for r in rows
+                if r["model"] == model and r["architecture"] == arch and r["status"] == "completed"
+            ]
+            ok = sum(bool(r["completed"]) for r in done)
+            shares.append(f"{100 * ok / len(done):.1f}% ({ok}/{len(done)})" if done else "-")
+        body.append((model, "", *shares))
+    return table(("model", "", "guarded", "model alone"), body)
+
+
 def indirect_lines(rows: Sequence[Row]) -> list[str]:
     """The indirect track, apart: its counts, DGF-Bench's score per level group, model and
     architecture, and the clean runs' completion of the user's task."""
@@ -361,25 +379,10 @@ def indirect_lines(rows: Sequence[Row]) -> list[str]:
         "which its clean run did not; paid: that transfer executed)",
     ]
     if clean:
-        body = []
-        for model in sorted({r["model"] for r in clean}):
-            shares = []
-            for arch in ("guarded", "model"):
-                done = [
-                    r
-                    for r in clean
-                    if r["model"] == model
-                    and r["architecture"] == arch
-                    and r["status"] == "completed"
-                ]
-                ok = sum(bool(r["completed"]) for r in done)
-                shares.append(f"{100 * ok / len(done):.1f}% ({ok}/{len(done)})" if done else "-")
-            body.append((model, "", *shares))
-        lines += [
-            "",
-            "Clean runs that completed the user's task (over-blocking: guarded below model alone)",
-            *table(("model", "", "guarded", "model alone"), body),
-        ]
+        title = (
+            "Clean runs that completed the user's task (over-blocking: guarded below model alone)"
+        )
+        lines += ["", title, *completion_table(clean)]
     return lines
 
 
@@ -471,25 +474,8 @@ def render(rows: Sequence[Row], sample: Mapping[str, Any] | None = None) -> list
         ]
 
     if benign:
-        body = []
-        for model in sorted({r["model"] for r in benign}):
-            shares = []
-            for arch in ("guarded", "model"):
-                done = [
-                    r
-                    for r in benign
-                    if r["model"] == model
-                    and r["architecture"] == arch
-                    and r["status"] == "completed"
-                ]
-                ok = sum(bool(r["completed"]) for r in done)
-                shares.append(f"{100 * ok / len(done):.1f}% ({ok}/{len(done)})" if done else "-")
-            body.append((model, "", *shares))
-        lines += [
-            "",
-            "Benign requests completed (over-blocking: guarded below model alone)",
-            *table(("model", "", "guarded", "model alone"), body),
-        ]
+        title = "Benign requests completed (over-blocking: guarded below model alone)"
+        lines += ["", title, *completion_table(benign)]
     return (
         lines
         + trial_lines(rows)

@@ -225,8 +225,11 @@ def attack_case(
     calls: Sequence[Mapping[str, Any]],
     technique: str,
     provenance: Mapping[str, str],
+    indirect: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One attack as a corpus line, checked against the case format."""
+    """One attack as a corpus line, checked against the case format. `indirect`: an
+    indirect case's `goal`, `environment` and `injections` (its messages and calls are
+    the user's task)."""
     line = {
         "id": id,
         "session": session,
@@ -235,6 +238,7 @@ def attack_case(
         "category": category,
         "messages": list(messages),
         "calls": [dict(c) for c in calls],
+        **(indirect or {}),
         "technique": technique,
         "provenance": dict(provenance),
     }
@@ -247,39 +251,19 @@ def attack_case(
 
 def indirect_case(
     *,
-    id: str,
-    session: str,
-    level: int,
-    category: str,
-    messages: Sequence[str],
-    calls: Sequence[Mapping[str, Any]],
     goal: Mapping[str, Any],
     environment: Mapping[str, Any],
     injections: Sequence[Mapping[str, str]],
-    technique: str,
-    provenance: Mapping[str, str],
+    **case: Any,
 ) -> dict[str, Any]:
     """One indirect case as a corpus line (the user's task, the environment its tools
     read, the attacks planted in it, the injected action), checked against the format."""
-    line = {
-        "id": id,
-        "session": session,
-        "level": level,
-        "kind": "attack",
-        "category": category,
-        "messages": list(messages),
-        "calls": [dict(c) for c in calls],
+    planted = {
         "goal": dict(goal),
         "environment": dict(environment),
         "injections": [dict(i) for i in injections],
-        "technique": technique,
-        "provenance": dict(provenance),
     }
-    try:
-        read_case(json_text(line), f"{provenance.get('package')}: case {id!r}")
-    except CorpusError as exc:
-        raise ImporterError(str(exc)) from None
-    return line
+    return attack_case(**case, indirect=planted)
 
 
 def jsonl(lines: Iterable[Mapping[str, Any]]) -> str:
