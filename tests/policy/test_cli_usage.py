@@ -40,9 +40,9 @@ def test_plain_vault_guard_names_every_command_in_its_usage(
     assert exit.value.code == 2
     assert capsys.readouterr().err.splitlines() == [
         "usage: vault-guard --passport FILE < lines.jsonl",
-        "       vault-guard diff OLD NEW [--format text|json] [--fail-on-widen] [-v]",
+        "       vault-guard diff OLD NEW [--format text|json|sarif] [--fail-on-widen] [-v]",
         "                        [--witnesses FILE.jsonl [--level N]]",
-        "       vault-guard lint PATH... [--format text|json]",
+        "       vault-guard lint PATH... [--format text|json|sarif]",
         "vault-guard: error: the following arguments are required: --passport",
     ]
 
