@@ -627,12 +627,13 @@ class Search:
                 if found is None:
                     refused_before += 1
                     continue
-                if found.effect == wanted:
+                # A change the field rules call neutral cannot flip a decision alone: a flip
+                # here is another change's doing (one that shares its rule, say), never its own.
+                if found.effect == wanted and effect != "neutral":
                     refused = found.old if wanted == "widens" else found.new
                     if {r.rule for r in refused.reasons} <= rules:
                         return Found(found)  # its own: refused for the changed rule alone
-                    if effect != "neutral":  # else another change's doing, not this one's
-                        best = best or found
+                    best = best or found
                 elif found.effect == "neutral" and reasons is None:
                     if _rules(found.old) != _rules(found.new):
                         reasons = found

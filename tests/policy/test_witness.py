@@ -440,6 +440,21 @@ def test_a_change_other_changes_decide_for_it_is_undecided_not_without_effect() 
     )
 
 
+def test_a_neutral_change_sharing_a_rule_with_a_narrowing_keeps_no_witness() -> None:
+    # The passport's assurance drops below the pack's minimum (narrows every call) while the
+    # required level drops to L0, which the pack's minimum makes of no effect: the flip is
+    # the assurance's, never the requirement's, though both are the same rule.
+    changes = settled(
+        data(3, limits(require_assurance_at_least=None)),
+        data(3, top(assurance_level="L0"), limits(require_assurance_at_least="L0")),
+    )
+    assert [(c.pointer, c.effect, c.undecided) for c in changes] == [
+        ("/assurance_level", "narrows", False),
+        (f"{L}/require_assurance_at_least", "neutral", False),
+    ]
+    assert changes[0].witness is not None and changes[1].witness is None
+
+
 @settings(max_examples=150, deadline=None)
 @given(pair=passport_pairs())
 def test_every_witness_differs_and_no_effect_is_never_claimed_wrongly(
