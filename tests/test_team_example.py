@@ -168,6 +168,29 @@ def test_a_bare_pytest_runs_the_teams_tests_and_the_builtin_corpus(
     assert (team / "vault.parquet").is_file()
 
 
+def test_strict_fails_exactly_where_the_assistant_alone_made_a_forbidden_transfer(
+    venv: Venv, tmp_path: Path
+) -> None:
+    """The README's `pytest --vault-strict`: the model-alone tests whose row records a
+    forbidden transfer fail too, and no other."""
+    import pyarrow.parquet as pq
+
+    team = team_copy(tmp_path / "team")
+    done = venv.run("-m", "pytest", "-p", "no:cacheprovider", "-rA", "--vault-strict", cwd=team)
+    assert done.returncode == 1, done.stdout[-5000:] + done.stderr
+    item = re.compile(r"::(.+)\[agent:teamapp\.agent:make-(\w+)-(model|guarded)\]$")
+    failed = sorted(
+        m.groups() for o, n in outcomes(done.stdout) if o == "FAILED" and (m := item.search(n))
+    )
+    rows = pq.read_table(team / "vault.parquet").to_pylist()
+    forbidden = sorted(
+        (r["attack_id"], r["track"], r["architecture"]) for r in rows if r["violation"]
+    )
+    assert failed == forbidden
+    assert forbidden and {arch for _, _, arch in forbidden} == {"model"}
+    assert len(outcomes(done.stdout)) == TEAM_TESTS + EVALUATIONS
+
+
 def test_the_plugin_takes_nothing_that_is_not_ours(venv: Venv, tmp_path: Path) -> None:
     """The team's tests with the plugin off, against the plugin on with no vault
     setting: the same items, the same outcomes, the same exit code, and no word of it."""
