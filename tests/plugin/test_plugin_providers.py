@@ -136,6 +136,8 @@ def test_keys_never_reach_a_file(
         *COMMON,
         "--vault-cache=cache",
         "--vault-results=out.parquet",
+        "--vault-report=report.html",
+        "--vault-transcripts=all",
         "--junitxml=junit.xml",
         "-n",
         "2",
@@ -149,6 +151,7 @@ def test_keys_never_reach_a_file(
     for secret in KEYS.values():
         assert not any(secret in text or secret[:14] in text for text in texts)
     rows, _ = read_results(pytester.path / "out.parquet")
+    assert all(r["transcript"] for r in rows)  # every conversation was written, and searched
     errors = [r["error"] for r in rows if r["status"] == "error"]
     assert len(errors) == outcomes["failed"] and all(
         "HTTP 401" in e and "[redacted]" in e for e in errors

@@ -39,6 +39,7 @@ def test_no_url_secret_reaches_a_file_or_the_terminal(
         "--vault-cache=cache",
         "--vault-results=out.parquet",
         "--vault-report=report.html",
+        "--vault-transcripts=all",
         "--junitxml=junit.xml",
         "--vault-progress=0.000001",
         "-rA",
