@@ -624,24 +624,16 @@ _EXPIRED = (Reason(PASSPORT_EXPIRED, "Passport has expired", RULE_EXPIRY),)
 _REFUSALS_KEPT = 1024
 
 
-def _money(minor: int, currency: str) -> str:
-    """`str(Money(minor, currency))` (`1,000.00 USD`) in integer arithmetic: a refusal
-    over the daily cap words the day's total when it is made."""
-    digits = MINOR_DIGITS.get(currency)
-    if digits is None or minor < 0:
-        return str(Money(minor, currency))
-    whole, part = divmod(minor, _SCALE[digits])
-    return f"{whole:,}.{part:0{digits}d} {currency}" if digits else f"{whole:,} {currency}"
-
-
+# Amounts worded as `str(Money)` (`1,000.00 USD`): made once a plan, or once a day's total
+# (`_Plan.over_day`), never per decision.
 def _over_tx(cap: int, currency: str) -> tuple[Reason, ...]:
-    words = f"Amount exceeds the per-transfer limit of {_money(cap, currency)}"
+    words = f"Amount exceeds the per-transfer limit of {Money(cap, currency)}"
     return (Reason(LIMIT_EXCEEDED, words, RULE_PER_TX),)
 
 
 def _over_day(cap: int, spent: int, currency: str) -> tuple[Reason, ...]:
-    words = f"Daily cap of {_money(cap, currency)} exceeded: "
-    words += f"{_money(spent, currency)} already allowed today"
+    words = f"Daily cap of {Money(cap, currency)} exceeded: "
+    words += f"{Money(spent, currency)} already allowed today"
     return (Reason(LIMIT_EXCEEDED, words, RULE_DAILY),)
 
 
