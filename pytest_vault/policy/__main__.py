@@ -25,7 +25,7 @@ from pytest_vault.guard.__main__ import main as guard_main
 from pytest_vault.policy.verdict import code_change, collapsed, verdict
 
 if TYPE_CHECKING:
-    from pytest_vault.policy.diff import Change
+    from pytest_vault.policy.diff import Change, Pair
     from pytest_vault.policy.witness import Witness
 
 
@@ -128,21 +128,19 @@ def _witness_cases(
     return cases, skipped
 
 
-def _level_of(path: str) -> int | None:
-    """A single passport's level, from its `metadata.level` (as the shipped ones say)."""
-    from pytest_vault.policy.diff import load_quietly
-
-    try:
-        level = load_quietly(Path(path)).metadata.get("level")
-    except FileError:
+def _level_of(pairs: Sequence[Pair]) -> int | None:
+    """Two passport files' level, from the new one's `metadata.level` (as the shipped ones
+    say); None for folders, whose changes each have their level."""
+    if len(pairs) != 1 or pairs[0].level is not None:
         return None
+    level = pairs[0].new.metadata.get("level")
     return level if type(level) is int and 1 <= level <= 5 else None
 
 
 def _diff(argv: Sequence[str]) -> int:
     import argparse
 
-    from pytest_vault.policy.diff import any_widen, diff_paths
+    from pytest_vault.policy.diff import any_widen, load_pairs, review_pairs
     from pytest_vault.policy.witness import case_text
 
     parser = argparse.ArgumentParser(
@@ -175,13 +173,14 @@ def _diff(argv: Sequence[str]) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        changes = diff_paths(args.old, args.new)
+        pairs = load_pairs(args.old, args.new)
+        changes = review_pairs(pairs)
     except FileError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     written = ""
     if args.witnesses is not None:
-        level = args.level or _level_of(args.new)
+        level = args.level or _level_of(pairs)
         if level is None and any(c.level is None for c in changes):
             print(
                 "error: --witnesses: give --level N: the witness cases of two passport files "
@@ -206,10 +205,9 @@ def _diff(argv: Sequence[str]) -> int:
         }
         write_out(json.dumps(doc, indent=2, default=_number) + "\n")
     elif args.format == "sarif":
-        from pytest_vault.policy.diff import load_pairs
         from pytest_vault.policy.sarif import diff_sarif
 
-        log = diff_sarif(changes, load_pairs(args.old, args.new))
+        log = diff_sarif(changes, pairs)
         write_out(json.dumps(log, indent=1, default=_number) + "\n")
     else:
         write_out(render_diff(changes, verbose=args.verbose))

@@ -57,6 +57,7 @@ from pytest_vault.policy.witness import (
     Effect,
     Search,
     Witness,
+    expiry_of,
     iso,
     money,
     unreadable_recipient,
@@ -124,12 +125,6 @@ CHARGE_LIMITS = pointer("limits", CHARGE)
 ALLOWLIST = pointer("limits", CHARGE, "allowed_merchant_ids")
 
 
-def never_matches(entry: str) -> str | None:
-    """Why the guard can never pay this allowlist entry (it refuses it as a recipient),
-    or None: asked of the guard's own reader, so the two cannot disagree."""
-    return unreadable_recipient(entry)
-
-
 def quoted(value: object) -> str:
     """A hostile value quoted for people: repr escapes what is not printable."""
     text = repr(value)
@@ -168,7 +163,7 @@ def _recipient(entry: str, *, added: bool, other_any: bool) -> _Raw:
         words = "no longer permitted: anyone ('*' removed); only the listed ones remain"
         return _Raw(ALLOWLIST, old, new, NARROWS, words)
     verb = "added" if added else "removed"
-    if (why := never_matches(entry)) is not None:
+    if (why := unreadable_recipient(entry)) is not None:
         words = f"{verb} {quoted(entry)}, which can never match ({why})"
         return _Raw(ALLOWLIST, old, new, NEUTRAL, words)
     if other_any:
@@ -395,17 +390,12 @@ def readable_limits(passport: Passport) -> ChargeLimits | None:
 # -- the passport ----------------------------------------------------------------------------
 
 
-def _expiry(passport: Passport) -> datetime | None:
-    """When the guard starts denying as expired: None for never."""
-    return None if passport.never_expires else passport.expires_at
-
-
 def _expiry_change(old: Passport, new: Passport) -> list[_Raw]:
     """`expires_at` and `never_expires` make one rule: one change, judged by when it bites."""
     same_date = old.expires_at == new.expires_at
     if same_date and bool(old.never_expires) == bool(new.never_expires):
         return []
-    oe, ne = _expiry(old), _expiry(new)
+    oe, ne = expiry_of(old), expiry_of(new)
     effect = _direction(
         _INF if oe is None else oe.timestamp(), _INF if ne is None else ne.timestamp()
     )
@@ -526,7 +516,7 @@ def review_passports(
 # -- files and folders -----------------------------------------------------------------------
 
 
-def load_quietly(path: Path) -> Passport:
+def _load(path: Path) -> Passport:
     # An empty allowlist loads with a warning; the diff says "anyone" itself.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -580,7 +570,7 @@ def _pair(level: int | None, old_file: Path, new_file: Path) -> Pair:
     refused: list[PassportError] = []
     for path in (old_file, new_file):
         try:
-            loaded.append(load_quietly(path))
+            loaded.append(_load(path))
         except PassportError as exc:
             refused.append(exc)
     old_version, new_version = _spec_version(old_file), _spec_version(new_file)
@@ -637,6 +627,18 @@ def load_pairs(old: str | Path, new: str | Path) -> list[Pair]:
     return [_pair(n, olds[n], news[n]) for n in sorted(olds)]
 
 
+def review_pairs(
+    pairs: Sequence[Pair], *, now: datetime | None = None, bounds: Bounds | None = None
+) -> list[Change]:
+    """Each pair's changes settled by its witness (`review_passports`), in one search;
+    `now`: the instant calls are judged at."""
+    search = Search(now or datetime.now(UTC), bounds)
+    changes: list[Change] = []
+    for pair in pairs:
+        changes += review_passports(pair.old, pair.new, level=pair.level, search=search)
+    return changes
+
+
 def diff_paths(
     old: str | Path,
     new: str | Path,
@@ -645,14 +647,9 @@ def diff_paths(
     bounds: Bounds | None = None,
 ) -> list[Change]:
     """Diff two passport files, or two folders of passports paired by level, each change
-    settled by its witness (`review_passports`); `now`: the instant calls are judged at.
-    Any problem with the input is a one-line `PassportError`, before any search."""
-    pairs = load_pairs(old, new)
-    search = Search(now or datetime.now(UTC), bounds)
-    changes: list[Change] = []
-    for pair in pairs:
-        changes += review_passports(pair.old, pair.new, level=pair.level, search=search)
-    return changes
+    settled by its witness (`review_pairs`). Any problem with the input is a one-line
+    `PassportError`, before any search."""
+    return review_pairs(load_pairs(old, new), now=now, bounds=bounds)
 
 
 def any_widen(changes: Iterable[Change]) -> bool:

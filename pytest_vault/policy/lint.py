@@ -54,12 +54,21 @@ from pytest_vault.policy.diff import (
     ALLOWLIST,
     CHARGE_LIMITS,
     level_files,
-    never_matches,
     parts,
     pointer,
     quoted,
 )
-from pytest_vault.policy.witness import Side, bases, iso, jsonable, money, reasons_of, said
+from pytest_vault.policy.witness import (
+    Side,
+    bases,
+    iso,
+    jsonable,
+    money,
+    reasons_of,
+    said,
+    stranger,
+    unreadable_recipient,
+)
 
 Severity = Literal["error", "warning"]
 
@@ -136,8 +145,8 @@ class _Probe:
     def __init__(self, passport: Passport, now: datetime) -> None:
         self.passport = passport
         self.now = now
-        side = Side(passport, "passport")
-        self.bases = bases(side, side)
+        self.side = Side(passport, "passport")
+        self.bases = bases(self.side, self.side)
 
     def call(self, **change: Any) -> tuple[dict[str, Any], Decision] | None:
         """The first base call with `change`, and its decision; None if there is none."""
@@ -185,9 +194,8 @@ def _allowlist(file: str, entries: Sequence[str], probe: _Probe) -> list[Finding
             if len(set(entries)) > 1:
                 words = "'*' permits anyone, so the named entries beside it restrict nothing"
                 finding = Finding(file, where, "warning", "wildcard-beside-names", words)
-                stranger = _stranger(entries)
-                out.append(probe.witness(finding, True, recipient=stranger))
-        elif (why := never_matches(entry)) is not None:
+                out.append(probe.witness(finding, True, recipient=stranger(probe.side)))
+        elif (why := unreadable_recipient(entry)) is not None:
             words = f"{quoted(entry)} can never match: the guard denies such a recipient ({why})"
             out.append(Finding(file, where, "error", "unmatchable-recipient", words))
         elif WILDCARD in entry:
@@ -201,13 +209,6 @@ def _allowlist(file: str, entries: Sequence[str], probe: _Probe) -> list[Finding
                 finding = probe.witness(finding, False, recipient=covered)
             out.append(finding)
     return out
-
-
-def _stranger(entries: Sequence[str]) -> str:
-    n = 1
-    while (name := f"payee-{n}@witness.example") in entries:
-        n += 1
-    return name
 
 
 def _currencies(file: str, limits: ChargeLimits, probe: _Probe) -> list[Finding]:

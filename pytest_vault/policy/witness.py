@@ -92,7 +92,8 @@ class Bounds:
 
 
 def unreadable_recipient(entry: str) -> str | None:
-    """Why the guard can never pay `entry` (it refuses it as a recipient), or None."""
+    """Why the guard can never pay `entry` (it refuses it as a recipient), or None: asked
+    of the guard's own reader, so the two cannot disagree."""
     try:
         read_transfer({"recipient": entry, "amount": 1})
     except Unreadable as exc:
@@ -114,6 +115,11 @@ def money(minor: int | None, currency: str) -> str:
 
 def iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat().replace("+00:00", "Z")
+
+
+def expiry_of(passport: Passport) -> datetime | None:
+    """When the guard reads the passport as expiring: `never_expires` overrides the date."""
+    return None if passport.never_expires else passport.expires_at
 
 
 # -- what a witness is -------------------------------------------------------------------------
@@ -342,7 +348,7 @@ class Side:
         p, limits = self.passport, self.limits
         if p.status != "active":
             return f"its status is {p.status}"
-        expires = None if p.never_expires else p.expires_at
+        expires = expiry_of(p)
         if expiry and expires is not None and now >= expires:
             return f"it expired at {iso(expires)}"
         if limits is None:
@@ -361,7 +367,7 @@ class Side:
         return None
 
 
-def _stranger(*sides: Side) -> str:
+def stranger(*sides: Side) -> str:
     """A recipient no side names: a payee only a wildcard (or an empty list) permits."""
     n = 1
     while any((name := f"payee-{n}@witness.example") in side.named for side in sides):
@@ -452,7 +458,7 @@ def _choose_recipients(a: Side, d: Side) -> list[str]:
     both = [r for r in named if d.permits(r)]
     out = both[:2] + [r for r in named if not d.permits(r)][:2]
     if a.anyone():
-        out.append(_stranger(a, d))
+        out.append(stranger(a, d))
     return out[:2]
 
 
@@ -695,7 +701,7 @@ class Search:
         if isinstance(value, list) or value == WILDCARD:
             if not a.anyone():
                 return _Plan([])
-            recipient = _stranger(a, d)
+            recipient = stranger(a, d)
         else:
             recipient = str(value)
             if (why := unreadable_recipient(recipient)) is not None:
@@ -772,12 +778,7 @@ class Search:
 
     def _expiry(self, a: Side, d: Side) -> _Plan:
         """The instant the earlier expiry bites, or now if it has already."""
-
-        def expiry(side: Side) -> datetime | None:
-            p = side.passport
-            return None if p.never_expires else p.expires_at
-
-        ea, ed = expiry(a), expiry(d)
+        ea, ed = expiry_of(a.passport), expiry_of(d.passport)
         if ed is None or (ea is not None and ea <= ed):
             return _Plan([])  # `a` never expires after `d`: it cannot allow what `d` refuses
         if ea is not None and ea <= self.now:
