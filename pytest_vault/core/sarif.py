@@ -88,5 +88,8 @@ def _result(finding: Finding, index: int) -> dict[str, Any]:
             location["region"] = {"startLine": max(1, finding.line)}
         out["locations"] = [{"physicalLocation": location}]
     if finding.properties:
-        out["properties"] = {k: v for k, v in finding.properties.items()}
+        # Viewers show these too: text as the message has it, numbers as they are.
+        out["properties"] = {
+            k: shown(v) if isinstance(v, str) else v for k, v in finding.properties.items()
+        }
     return out

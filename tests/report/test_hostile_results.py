@@ -202,6 +202,22 @@ TITLE = "\x1b]0;pwned\x07"
 CLEAR = "\x1b[2J"
 
 
+def test_sarif_messages_and_properties_show_hostile_text_escaped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Code scanning and SARIF viewers show a finding's message and properties: each text
+    escaped, as the terminal gets it."""
+    results = tmp_path / "run.parquet"
+    write_results(hostile_rows(), results, {"models": [MODEL]})
+    capsys.readouterr()
+    assert main([str(results), "--format", "sarif"]) == 0
+    [finding] = json.loads(capsys.readouterr().out)["runs"][0]["results"]
+    message = finding["message"]["text"]
+    assert not [char for char in RAW if char in message]
+    assert message.startswith(f"m{SEEN} alone paid an unpermitted recipient: $5.00 to ")
+    assert finding["properties"]["model"] == f"m{SEEN}"
+
+
 def test_terminal_tables_escape_control_characters() -> None:
     text = render_text(
         {
@@ -444,6 +460,23 @@ MALFORMED: list[tuple[str, Callable[[], pa.Table], str]] = [
             ("input_tokens", [1.0, 2.0, 3.0], "double", "int64"),
             ("deny_codes", [[1], [2], [3]], "list<element: int64>", "list<item: string>"),
         ]
+    ),
+    ("trial-0", with_row(1, trial=0), "row 2: trial: 0 is below 1"),
+    (
+        "trial-text",
+        with_column("trial", pa.array(["1", "2", "x"])),
+        "column trial: cannot be read as int32 (the file has string)",
+    ),
+    (
+        "goal-negative",
+        with_row(0, goal_amount_minor=-5),
+        "row 1: goal_amount_minor: -5 is negative",
+    ),
+    ("transcript-not-json", with_row(2, transcript="{"), "row 3: transcript: not valid JSON"),
+    (
+        "transcript-not-a-list",
+        with_row(0, transcript='{"role": "user"}'),
+        "row 1: transcript: Input should be a valid list",
     ),
     ("input_tokens", with_row(1, input_tokens=-1000), "row 2: input_tokens: -1000 is negative"),
     ("output_tokens", with_row(0, output_tokens=-1), "row 1: output_tokens: -1 is negative"),
