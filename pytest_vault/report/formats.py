@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -114,25 +114,25 @@ def _joined(row: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _parts(headers: list[str], lines: list[list[str]], width: int) -> list[list[int]]:
-    """Column indices per part: the leading text columns (the row's names) in every
-    part, the others packed so that each part fits `width`."""
-    widths = [max(len(shown(line[i])) for line in [headers, *lines]) for i in range(len(headers))]
+def parts(headers: Sequence[str], widths: Sequence[int], width: int) -> list[list[int]]:
+    """Column indices per part of a table cut to fit `width` (`widths`: each column's,
+    its gap included): the leading columns that name the rows (`NAMES`) in every part,
+    the others packed in order. The text and the HTML report cut a table alike."""
     keys = 0
     while keys < min(len(headers) - 1, 3) and headers[keys] in NAMES:
         keys += 1
-    base = sum(widths[:keys]) + 2 * keys
-    parts: list[list[int]] = []
+    base = sum(widths[:keys])
+    out: list[list[int]] = []
     current: list[int] = []
     used = base
     for i in range(keys, len(headers)):
-        if current and used + widths[i] + 2 > width:
-            parts.append(current)
+        if current and used + widths[i] > width:
+            out.append(current)
             current, used = [], base
         current.append(i)
-        used += widths[i] + 2
-    parts.append(current)
-    return [list(range(keys)) + p for p in parts]
+        used += widths[i]
+    out.append(current)
+    return [list(range(keys)) + p for p in out]
 
 
 def render_text(result: Mapping[str, Table], *, wide: bool = False) -> str:
@@ -147,8 +147,15 @@ def render_text(result: Mapping[str, Table], *, wide: bool = False) -> str:
             continue
         headers = list(dict.fromkeys(k for row in rows for k in row))
         body = [[cell(h, row.get(h)) for h in headers] for row in rows]
-        parts = [list(range(len(headers)))] if wide else _parts(headers, body, WIDTH)
-        for n, part in enumerate(parts):
+        cut = [list(range(len(headers)))]
+        if not wide:
+            # Each column as wide as its widest text, two spaces apart.
+            widths = [
+                2 + max(len(shown(x)) for x in column)
+                for column in zip(headers, *body, strict=True)
+            ]
+            cut = parts(headers, widths, WIDTH)
+        for n, part in enumerate(cut):
             if n:
                 lines.append("  (continued)")
             lines += aligned([headers[i] for i in part], [[b[i] for i in part] for b in body])

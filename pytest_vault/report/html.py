@@ -32,7 +32,7 @@ from markupsafe import Markup
 
 from pytest_vault.core.text import shown
 from pytest_vault.guard.money import Money
-from pytest_vault.report.formats import NAMES, WIDTH, cell, for_reading
+from pytest_vault.report.formats import WIDTH, cell, for_reading, parts
 from pytest_vault.report.judges import UNDEFINED, for_people
 from pytest_vault.report.results import read_calls, read_transcript, scrubbed, to_table
 from pytest_vault.report.summary import sample_line
@@ -495,27 +495,6 @@ def _widths(headers: Sequence[str], body: Sequence[Sequence[Cell]]) -> list[int]
     return out
 
 
-def _parts(headers: Sequence[str], body: Sequence[Sequence[Cell]], width: int) -> list[list[int]]:
-    """Column indices per part, as the text report cuts a table (`formats.render_text`):
-    the leading columns that name the rows in every part, the others packed to fit."""
-    widths = _widths(headers, body)
-    keys = 0
-    while keys < min(len(headers) - 1, 3) and headers[keys] in NAMES:
-        keys += 1
-    base = sum(widths[:keys])
-    parts: list[list[int]] = []
-    current: list[int] = []
-    used = base
-    for i in range(keys, len(headers)):
-        if current and used + widths[i] > width:
-            parts.append(current)
-            current, used = [], base
-        current.append(i)
-        used += widths[i]
-    parts.append(current)
-    return [list(range(keys)) + p for p in parts]
-
-
 def html_table(name: str, rows: Table, title: str = "") -> HtmlTable:
     """A table as the text report shows it (`formats.for_reading`, `formats.cell`), cut
     into parts of at most `formats.WIDTH` characters as the text report cuts it."""
@@ -523,10 +502,10 @@ def html_table(name: str, rows: Table, title: str = "") -> HtmlTable:
     headers = list(dict.fromkeys(k for row in rows for k in row))
     body = [[_cell(h, row.get(h)) for h in headers] for row in rows]
     incomplete = [row.get("complete") is False for row in rows]
-    parts = []
-    for part in _parts(headers, body, WIDTH) if rows else []:
+    out = []
+    for part in parts(headers, _widths(headers, body), WIDTH) if rows else []:
         names = [headers[i] for i in part]
-        parts.append(
+        out.append(
             Part(
                 [[f"{p}_" for p in h.split("_")[:-1]] + [h.split("_")[-1]] for h in names],
                 [
@@ -535,7 +514,7 @@ def html_table(name: str, rows: Table, title: str = "") -> HtmlTable:
                 ],
             )
         )
-    return HtmlTable(name, title or TITLES.get(name, name), parts)
+    return HtmlTable(name, title or TITLES.get(name, name), out)
 
 
 # -- the failures, each with its transcript ---------------------------------------------------
@@ -693,10 +672,9 @@ def _messages(raw: str | None, ident: str) -> tuple[list[Said] | None, int]:
     for m in messages:
         speaker = m["role"] if "call_id" not in m else f"tool ({m['call_id']})"
         calls = [
-            f"{c['name']} {json.dumps(c['arguments'], ensure_ascii=False)}"
+            _cut(f"{c['name']} {json.dumps(c['arguments'], ensure_ascii=False)}", ident)
             for c in m.get("calls", [])
         ]
-        calls = [_cut(c, ident) for c in calls]
         lines = _cut(m["text"], ident).split("\n") if m["text"] else []
         size += 120 + sum(len(x) + 8 for x in lines) + sum(len(c) + 60 for c in calls)
         out.append(Said(m["role"], speaker, lines, calls, bool(m.get("is_error"))))
@@ -732,7 +710,9 @@ def _failing(table: pa.Table) -> tuple[list[dict[str, Any]], bool]:
     )
     at = np.flatnonzero(pc.fill_null(mask, False).to_numpy(zero_copy_only=False))
     rows = table.select(list(COLUMNS)).take(at).to_pylist()
-    recorded = bool(len(at)) and table["transcript"].take(at).null_count < len(at)
+    # Whether any of them holds a transcript, without reading the transcripts.
+    valid = pc.is_valid(table["transcript"]).to_numpy(zero_copy_only=False)
+    recorded = bool(valid[at].any())
     for i, r in zip(at.tolist(), rows, strict=True):
         r["event"], r["at"] = _event(r), i
     rows.sort(
@@ -795,8 +775,9 @@ def failures(table: pa.Table, cap: int = CAP, total: int = TOTAL, budget: int = 
     taken: Counter[tuple[str, int, str, str]] = Counter()
     kept = []
     for r in rows:
-        taken[_cell_of(r)] += 1
-        if taken[_cell_of(r)] <= per:
+        key = _cell_of(r)
+        taken[key] += 1
+        if taken[key] <= per:
             kept.append(r)
     rest = [
         (m, str(level), ARCH.get(a, a), e, per, n)
@@ -1007,9 +988,5 @@ def write_html(
     table = to_table(rows)
     analysis = Analysis(table, metadata)
     merged = merged_metadata(metadata)
-    gate = merged.get("gate")
-    found = verdict(table, metadata, gate if isinstance(gate, str) else None)
-    page = render(
-        analysis.tables(), analysis.unpermitted_transfers(), merged, table=table, found=found
-    )
+    page = render(analysis.tables(), analysis.unpermitted_transfers(), merged, table=table)
     path.write_text(page, encoding="utf-8")

@@ -13,7 +13,7 @@ metadata alone.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -139,7 +139,7 @@ def verdict(
         not_run,
         gate,
     )
-    return Verdict(**{**asdict(found), "lines": _lines(found)})
+    return replace(found, lines=_lines(found))
 
 
 def _guards(table: pa.Table) -> list[Any]:
