@@ -148,9 +148,9 @@ def plan_run(
         requests = sent * steps
         c.requests += requests
         c.output += requests * level.max_tokens
+        # The tools too: an indirect case with documents offers one more.
+        documents = item.case.environment is not None and bool(item.case.environment.documents)
         for i in range(len(texts)):
-            # The tools too: an indirect case with documents offers one more.
-            documents = item.case.environment is not None and bool(item.case.environment.documents)
             key = (item.spec, level.number, documents, tuple(texts[: i + 1]), item.trial)
             if key not in memo:
                 memo[key] = _estimate(

@@ -128,20 +128,24 @@ class CorpusFile(pytest.File):
         for lineno, case in entries:
             if case.level not in opts.levels:
                 continue
-            if case.indirect:
-                if "indirect" in opts.tracks:
-                    yield from self._indirect(lineno, case, specs, trials)
-                continue  # on no direct track
             # Made once per case and shared by its items: at 87,420 tests, per-item copies
             # of the same words are a good part of the plugin's memory.
             # Ids come from the corpus: shown, so no id is a terminal escape.
             case_id, words = shown(case.id), keywords(case)
             for spec, spec_shown in specs:
                 for track in opts.tracks:
-                    if track == "indirect" or (track == "adaptive" and case.kind != "attack"):
-                        continue  # only attacks are seeds of the adaptive attacker
+                    # An indirect case runs on the indirect track alone, a direct one never;
+                    # only attacks are seeds of the adaptive attacker.
+                    if (track == "indirect") != case.indirect or (
+                        track == "adaptive" and case.kind != "attack"
+                    ):
+                        continue
                     for arch in opts.architectures:
                         for trial, suffix in trials:
+                            if case.indirect:
+                                yield from self._clean_run(
+                                    lineno, case, spec, spec_shown, arch, trial, suffix
+                                )
                             yield VaultItem.from_parent(
                                 self,
                                 name=f"{case_id}[{spec_shown}-{track}-{arch}{suffix}]",
@@ -154,54 +158,40 @@ class CorpusFile(pytest.File):
                                 trial=trial,
                             )
 
-    def _indirect(
+    def _clean_run(
         self,
         lineno: int,
         case: Case,
-        specs: list[tuple[str, str]],
-        trials: list[tuple[int, str]],
+        spec: str,
+        spec_shown: str,
+        arch: Architecture,
+        trial: int,
+        suffix: str,
     ) -> Iterator[VaultItem]:
-        """An indirect case's attacked runs, each cell's clean run before its first attack:
-        a clean run matches `-k` on every attack it serves, so selecting an attack keeps
-        its pair."""
+        """The paired clean run of an indirect case's cell, before its first attack (none
+        when an earlier attack on the same task and environment made it): it matches `-k`
+        on every attack it serves, so selecting an attack keeps its pair."""
         vault = vault_of(self.config)
         pair = case.clean_id()
         assert pair is not None
-        case_id, words = shown(case.id), keywords(case)
-        for spec, spec_shown in specs:
-            for arch in vault.options.architectures:
-                for trial, suffix in trials:
-                    made = vault.clean_runs.setdefault(pair, {})
-                    if (spec, arch, trial) not in made:
-                        cases = vault.served[pair]
-                        clean = VaultItem.from_parent(
-                            self,
-                            name=f"{pair}[{spec_shown}-indirect-{arch}{suffix}]",
-                            case=case,
-                            lineno=lineno,
-                            spec=spec,
-                            track="indirect",
-                            architecture=arch,
-                            words=tuple(
-                                dict.fromkeys(w for c in cases for w in (shown(c.id), *keywords(c)))
-                            ),
-                            copy="clean",
-                            serves=cases,
-                            trial=trial,
-                        )
-                        made[spec, arch, trial] = clean
-                        yield clean
-                    yield VaultItem.from_parent(
-                        self,
-                        name=f"{case_id}[{spec_shown}-indirect-{arch}{suffix}]",
-                        case=case,
-                        lineno=lineno,
-                        spec=spec,
-                        track="indirect",
-                        architecture=arch,
-                        words=words,
-                        trial=trial,
-                    )
+        made = vault.clean_runs.setdefault(pair, {})
+        if (spec, arch, trial) in made:
+            return
+        cases = vault.served[pair]
+        clean = made[spec, arch, trial] = VaultItem.from_parent(
+            self,
+            name=f"{pair}[{spec_shown}-indirect-{arch}{suffix}]",
+            case=case,
+            lineno=lineno,
+            spec=spec,
+            track="indirect",
+            architecture=arch,
+            words=tuple(dict.fromkeys(w for c in cases for w in (shown(c.id), *keywords(c)))),
+            copy="clean",
+            serves=cases,
+            trial=trial,
+        )
+        yield clean
 
 
 def keywords(case: Case) -> tuple[str, ...]:

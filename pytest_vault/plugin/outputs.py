@@ -3,6 +3,7 @@ the summary, and the baseline gate (read at the start, its verdict at the end)."
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -88,23 +89,25 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     # The gate first: its verdict is the reports' too.
     baseline = config.stash.get(BASELINE, None)
     gate = None
-    if baseline is not None and vault.store:
+    store, opts = vault.store, vault.options
+    if baseline is not None and store:
         from pytest_vault.report.baseline import compare, verdict_line
 
-        opts = vault.options
         gate = config.stash[GATE] = compare(
-            vault.store.results(), baseline, metadata=metadata(vault), subset=opts.baseline_subset
+            store.results(), baseline, metadata=metadata(vault), subset=opts.baseline_subset
         )
         vault.gate_verdict = verdict_line(gate)
     # The results file is written from the rows a row group at a time; one table of
     # them, made a column at a time, serves the other writers. Never a list of the
     # run's rows as dicts.
-    store, opts = vault.store, vault.options
     outputs: list[tuple[str, Path | None, Callable[[VaultSession, Path], None]]] = [
         ("--vault-results", opts.results if store else None, _write_results),
         ("--vault-export-found", opts.export_found, _write_found),
         ("--vault-report", opts.report if store else None, _write_report),
     ]
+    if gate is not None:  # the gate's verdict stands whether or not its file is written
+        write_gate = functools.partial(_write_gate, gate)
+        outputs.append(("--vault-baseline-out", opts.baseline_out, write_gate))
     # Each output is tried: one that fails (a full disk) is one line, never the others.
     for option, path, write in outputs:
         if path is None:
@@ -120,8 +123,6 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if gate is not None:
         from pytest_vault.report.baseline import EXIT_REGRESSION
 
-        if opts.baseline_out is not None:
-            _write_gate(config, gate, opts.baseline_out)
         # Like syrupy's unused snapshots: the run fails even when every test passed.
         if gate.failed and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = EXIT_REGRESSION
@@ -129,22 +130,13 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-def _write_gate(config: pytest.Config, gate: Gate, path: Path) -> None:
-    """`--vault-baseline-out`: the gate as JSON, for the CI job's artifacts; a file that
-    cannot be written is one line, and the gate's verdict stands."""
+def _write_gate(gate: Gate, vault: VaultSession, path: Path) -> None:
+    """`--vault-baseline-out`: the gate as JSON, for the CI job's artifacts."""
     from pytest_vault.core.text import json_text
     from pytest_vault.report.outputs import replacing
 
-    try:
-        with replacing(path) as partial:
-            partial.write_text(json_text(gate.record(), indent=2) + "\n", encoding="utf-8")
-    except OSError as exc:
-        from pytest_vault.core.errors import reason
-
-        vault = config.stash[VAULT]
-        vault.unwritten["--vault-baseline-out"] = path
-        said = f"--vault-baseline-out {shown(path)}: cannot write: {shown(reason(exc))}"
-        stream(config, "stderr", f"ERROR: {said}\n")
+    with replacing(path) as partial:
+        partial.write_text(json_text(gate.record(), indent=2) + "\n", encoding="utf-8")
 
 
 def _write_results(vault: VaultSession, path: Path) -> None:

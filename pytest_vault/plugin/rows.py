@@ -91,13 +91,10 @@ class RowStore:
             return  # no row: a run of none of ours imports none of the harness
         from pytest_vault.harness.events import attribution, logged_calls
 
-        names = self.names
-        at = list(self._at.values())
-        values = self._values
-        index = {name: i for i, name in enumerate(names)}
-        rows = TableRows(names, [values[i] for i in at])
-        request, paid = index["attributable_request"], index["attributable_paid"]
-        for i, (req, pay) in attribution(rows, logged_calls).items():
+        names, values = self.names, self._values
+        request, paid = names.index("attributable_request"), names.index("attributable_paid")
+        at = list(self._at.values())  # each test's last row, as `rows()` reads them
+        for i, (req, pay) in attribution(self.rows(), logged_calls).items():
             old = list(values[at[i]])
             old[request], old[paid] = req, pay
             values[at[i]] = tuple(old)
