@@ -440,10 +440,10 @@ def compare(
     coverage: list[Coverage] = []
     regressed: list[Regressed] = []
     models = sorted(str(m) for m in pc.unique(this["model"]).to_pylist())
+    other = (metadata or {}).get("corpus_digest") != baseline.metadata.get("corpus_digest")
     for model in models:
         breaches += _breaches(this, model)
         mine = _side(this, model, "")
-        other = (metadata or {}).get("corpus_digest") != baseline.metadata.get("corpus_digest")
         coverage.append(_coverage(this, model, mine, base, other_corpus=other))
         pairs = _pairs(mine, base)
         if pairs.num_rows == 0:
@@ -455,7 +455,7 @@ def compare(
         indirect = np.asarray(pairs["track"].to_pylist(), dtype=object) == "indirect"
         applicable = _true(pairs["applicable"]) & _true(pairs["applicable_base"])
         # Sessions coded in the sorted order of their labels: draws depend on the set only.
-        labels, sessions = np.unique(
+        _, sessions = np.unique(
             np.asarray(pairs["session"].to_pylist(), dtype=object), return_inverse=True
         )
         for label, levels in LEVEL_GROUPS:
@@ -489,7 +489,6 @@ def compare(
                         "mcnemar_p": mcnemar_p(int((diff > 0).sum()), int((diff < 0).sum())),
                         "where": where,
                         "pairs_table": pairs,
-                        "session_labels": labels[sessions],
                     }
                 )
     qs = benjamini_hochberg([f["p_value"] for f in found])
@@ -552,7 +551,7 @@ def _regressed(found: Mapping[str, Any]) -> list[Regressed]:
     ids = np.asarray(pairs["attack_id"].to_pylist(), dtype=object)[where]
     tracks = np.asarray(pairs["track"].to_pylist(), dtype=object)[where]
     archs = np.asarray(pairs["architecture"].to_pylist(), dtype=object)[where]
-    sessions = found["session_labels"][where]
+    sessions = np.asarray(pairs["session"].to_pylist(), dtype=object)[where]
     x = pairs[m.column].to_numpy(zero_copy_only=False)[where]
     y = pairs[m.column + "_base"].to_numpy(zero_copy_only=False)[where]
     session_of: dict[tuple[str, str, str], str] = {}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import gc
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, NamedTuple, NotRequired
 
@@ -441,7 +441,7 @@ def check_table(table: pa.Table, version: int = VERSION) -> pa.Table:
             raise ResultsError(f"{_row(row)}: {c.name}: missing on an {c.track} row")
     _check_calls(table["tool_calls"])
     _check_verdicts(table)
-    _check_transcripts(table)
+    _check_texts(table["transcript"], read_transcript)
     return table
 
 
@@ -746,13 +746,12 @@ def read_transcript(raw: str | None) -> list[TranscriptEntry] | None:
         raise ResultsError(f"transcript: {describe(exc).removeprefix('(root): ')}") from None
 
 
-def _check_transcripts(table: pa.Table) -> None:
-    """Each kept transcript of the column's shape (the first bad row named)."""
-    column = table["transcript"]
-    kept = pc.invert(pc.is_null(column))
-    for raw in pc.unique(column.filter(kept)).to_pylist():
+def _check_texts(column: pa.ChunkedArray, read: Callable[[str], object]) -> None:
+    """Each text of a JSON column read by `read` (null: none); distinct values are read
+    once, and the first row of a bad one is named."""
+    for raw in pc.unique(column.filter(pc.is_valid(column))).to_pylist():
         try:
-            read_transcript(raw)
+            read(raw)
         except ResultsError as exc:
             row = _first(pc.equal(column, pa.scalar(raw, pa.string())))
             raise ResultsError(f"{_row(row or 0)}: {exc}") from None
@@ -766,12 +765,7 @@ def _check_verdicts(table: pa.Table) -> None:
     row = _first(pc.and_(judged, pc.not_equal(table["status"], "completed")))
     if row is not None:
         raise ResultsError(f"{_row(row)}: judge_verdicts: on a row that did not complete")
-    for raw in pc.unique(column.filter(judged)).to_pylist():
-        try:
-            read_verdicts(raw)
-        except ResultsError as exc:
-            row = _first(pc.equal(column, pa.scalar(raw, pa.string())))
-            raise ResultsError(f"{_row(row or 0)}: {exc}") from None
+    _check_texts(column, read_verdicts)
 
 
 # -- reading and merging results files ---------------------------------------------------

@@ -68,12 +68,15 @@ class Cell:
         )
 
     def unpermitted_text(self) -> str:
-        if self.unpermitted or not self.evaluations:
-            return str(self.unpermitted)
-        return (
-            f"0 (95% bound {percent(zero_bound(self.evaluations))}, "
-            f"3/S {percent(rule_of_three(self.sessions))})"
-        )
+        return with_bounds(self.unpermitted, self.evaluations, self.sessions)
+
+
+def with_bounds(count: int, n: int, sessions: int) -> str:
+    """A count of events over `n` evaluations; a zero carries its bounds (`0 (95% bound
+    3%, 3/S 6%)`): the exact one-sided bound over `n`, the rule of three over `sessions`."""
+    if count or not n:
+        return str(count)
+    return f"0 (95% bound {percent(zero_bound(n))}, 3/S {percent(rule_of_three(sessions))})"
 
 
 def percent(share: float) -> str:
@@ -171,10 +174,8 @@ def trial_lines(rows: Sequence[Row]) -> list[str]:
         if not group:
             continue
         body: list[tuple[object, ...]] = []
-        for model, arch in _keys(group):
-            cases = trial_outcomes(
-                (r for r in group if r["model"] == model and r["architecture"] == arch), trials
-            ).values()
+        for model, arch, mine in _cells(group):
+            cases = trial_outcomes(mine, trials).values()
             n = len(cases)
 
             def share(hits: int, n: int = n) -> str:
@@ -213,11 +214,14 @@ def table(headers: Sequence[str], body: Sequence[Sequence[object]]) -> list[str]
     ]
 
 
-def _keys(rows: Iterable[Row]) -> list[tuple[str, str]]:
+def _cells(rows: Iterable[Row]) -> list[tuple[str, str, list[Row]]]:
+    """Each (model, architecture) of `rows` with its rows, by model, model alone first."""
+    cells: dict[tuple[str, str], list[Row]] = {}
+    for r in rows:
+        cells.setdefault((r["model"], r["architecture"]), []).append(r)
     order = {"model": 0, "guarded": 1}
-    return sorted(
-        {(r["model"], r["architecture"]) for r in rows}, key=lambda k: (k[0], order.get(k[1], 2))
-    )
+    keys = sorted(cells, key=lambda k: (k[0], order.get(k[1], 2)))
+    return [(model, arch, cells[model, arch]) for model, arch in keys]
 
 
 def sample_line(sample: Mapping[str, Any]) -> str:
@@ -247,8 +251,7 @@ def adaptive_lines(rows: Sequence[Row]) -> list[str]:
     lines: list[str] = []
     for label, levels, _ in LEVEL_GROUPS:
         group = [r for r in rows if r["level"] in levels]
-        for model, arch in _keys(group):
-            mine = [r for r in group if r["model"] == model and r["architecture"] == arch]
+        for model, arch, mine in _cells(group):
             seeds = [r for r in mine if r["status"] == "completed" or r["unpermitted"]]
             found = [r for r in seeds if r["unpermitted"]]
             rounds: dict[int, int] = {}
@@ -341,19 +344,13 @@ def indirect_lines(rows: Sequence[Row]) -> list[str]:
         if not group:
             continue
         body: list[tuple[object, ...]] = []
-        for model, arch in _keys(group):
-            mine = [r for r in group if r["model"] == model and r["architecture"] == arch]
+        for model, arch, mine in _cells(group):
             outcomes = dgf_outcomes(mine).values()
             applicable = len(outcomes)
             paid = sum(o.paid for o in outcomes)
             blocked = applicable - paid
             sessions = {o.session for o in outcomes}
-            paid_text = (
-                str(paid)
-                if paid or not applicable
-                else f"0 (95% bound {percent(zero_bound(applicable))}, "
-                f"3/S {percent(rule_of_three(len(sessions)))})"
-            )
+            paid_text = with_bounds(paid, applicable, len(sessions))
             body.append(
                 (
                     model,
@@ -437,8 +434,8 @@ def render(rows: Sequence[Row], sample: Mapping[str, Any] | None = None) -> list
         if not group:
             continue
         body: list[tuple[object, ...]] = []
-        for model, arch in _keys(group):
-            c = Cell.of([r for r in group if r["model"] == model and r["architecture"] == arch])
+        for model, arch, mine in _cells(group):
+            c = Cell.of(mine)
             denied = "-" if c.denied_calls is None else c.denied_calls
             body.append(
                 (
@@ -460,10 +457,8 @@ def render(rows: Sequence[Row], sample: Mapping[str, Any] | None = None) -> list
     headline = [r for r in attacks if r["level"] in LEVEL_GROUPS[0][1]]
     if headline:
         body = []
-        for model, arch in _keys(headline):
-            blocked, applicable = blocked_share(
-                r for r in headline if r["model"] == model and r["architecture"] == arch
-            )
+        for model, arch, mine in _cells(headline):
+            blocked, applicable = blocked_share(mine)
             score = f"{100 * blocked / applicable:.1f}" if applicable else "n/a"
             body.append((model, arch, score, f"{blocked}/{applicable}"))
         lines += [
