@@ -18,14 +18,23 @@ OAP_REFERENCE = Path(
     os.environ.get("VAULT_OAP_REFERENCE", ROOT.parent / "shared" / "reference" / "oap")
 )
 CHARGE_TESTS = OAP_REFERENCE / "aport-policies" / "finance.payment.charge.v1" / "tests"
+# Read once, before the fixture below hides it from the pytest runs the tests start.
+ON_CI = bool(os.environ.get("CI"))
 
 
 @pytest.fixture(autouse=True)
 def _not_an_xdist_worker(monkeypatch: pytest.MonkeyPatch) -> None:
     """The pytest runs a test starts (pytester) are runs of their own, never workers of
     this one: under `-n`, plugins that read these variables (syrupy, pytest-benchmark)
-    would otherwise act as workers inside them."""
-    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+    would otherwise act as workers inside them. Nor do they see CI's variables, with
+    which pytest prints each failure twice, whole, in its short summary."""
+    for name in (
+        "PYTEST_XDIST_WORKER",
+        "PYTEST_XDIST_WORKER_COUNT",
+        "PYTEST_XDIST_TESTRUNUID",
+        "CI",
+        "BUILD_NUMBER",
+    ):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -68,7 +77,7 @@ def pytester(pytester: pytest.Pytester, request: pytest.FixtureRequest) -> pytes
 @pytest.fixture
 def charge_tests() -> Path:
     if not CHARGE_TESTS.is_dir():
-        if os.environ.get("CI"):
+        if ON_CI:
             pytest.fail(f"OAP reference data missing at {CHARGE_TESTS}")
         pytest.skip(f"OAP reference data not found at {CHARGE_TESTS}")
     return CHARGE_TESTS
