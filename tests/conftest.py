@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -46,10 +47,40 @@ def _spreads(args: tuple[object, ...]) -> bool:
     )
 
 
+def _starts_pytest(args: object) -> bool:
+    """Whether a command runs pytest: `pytest ...`, `.../pytest ...` or `python -m pytest`,
+    as a program or, in a shell line, after `&&`, `||`, `;` or `|`."""
+    words = args.split() if isinstance(args, str) else [str(a) for a in args]  # type: ignore[attr-defined]
+    return any(
+        (w == "pytest" and i > 0 and words[i - 1] == "-m")
+        or (Path(w).name == "pytest" and (i == 0 or words[i - 1] in ("&&", "||", ";", "|")))
+        for i, w in enumerate(words)
+    )
+
+
+@pytest.fixture(autouse=True)
+def _slow_if_it_starts_pytest(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rule of `-m "not slow"`, kept where such runs start: a test that starts pytest
+    in a subprocess (by pytester or by hand) is marked `slow`, or it fails saying so."""
+    if request.node.get_closest_marker("slow") is not None:
+        return
+    name = request.node.nodeid
+    popen = subprocess.Popen
+
+    class Popen(popen):  # type: ignore[type-arg,misc,valid-type]
+        def __init__(self, args: Any, *more: Any, **kwargs: Any) -> None:
+            if _starts_pytest(args):
+                pytest.fail(f"{name} starts pytest in a subprocess: mark it @pytest.mark.slow")
+            super().__init__(args, *more, **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", Popen)
+
+
 @pytest.fixture
 def pytester(pytester: pytest.Pytester, request: pytest.FixtureRequest) -> pytest.Pytester:
-    """The rule of `-m "not slow"`, kept where such runs start: a test that starts pytest
-    in a subprocess or runs xdist workers is marked `slow`, or it fails saying so.
+    """A test that runs xdist workers is marked `slow`, or it fails saying so.
 
     Each test project names its folder as its corpus, as a team's config does
     (`vault_corpus`): a test that makes its own config file says so again, or names its
@@ -58,10 +89,6 @@ def pytester(pytester: pytest.Pytester, request: pytest.FixtureRequest) -> pytes
     if request.node.get_closest_marker("slow") is not None:
         return pytester
     name = request.node.nodeid
-
-    def subprocess(*args: object, **kwargs: object) -> pytest.RunResult:
-        pytest.fail(f"{name} starts pytest in a subprocess: mark it @pytest.mark.slow")
-
     inprocess = pytester.runpytest
 
     def runpytest(*args: Any, **kwargs: Any) -> pytest.RunResult:
@@ -69,7 +96,6 @@ def pytester(pytester: pytest.Pytester, request: pytest.FixtureRequest) -> pytes
             pytest.fail(f"{name} runs xdist workers: mark it @pytest.mark.slow")
         return inprocess(*args, **kwargs)
 
-    pytester.runpytest_subprocess = subprocess  # type: ignore[method-assign,assignment]
     pytester.runpytest = runpytest  # type: ignore[method-assign]
     return pytester
 

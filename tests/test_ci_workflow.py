@@ -64,6 +64,7 @@ def _commands(tool: str) -> list[str]:
     return [line for line in lines if re.match(rf"\s*{re.escape(tool)}\s", line)]
 
 
+@pytest.mark.slow  # starts pytest in a subprocess
 def test_every_option_the_workflow_uses_exists() -> None:
     used = {
         tool: {

@@ -327,6 +327,7 @@ def test_plugin_can_be_disabled(pytester: pytest.Pytester, corpus: Path) -> None
     assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
 
 
+@pytest.mark.slow  # starts pytest in a subprocess
 def test_any_jsonl_path_from_another_directory(
     pytester: pytest.Pytester, corpus: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -89,6 +89,7 @@ def test_xdist_shares_the_work_without_asking_twice(
     assert meta_a["decode"]["openai:gpt-fake"]["sent"] == ["max_tokens", "temperature"]
 
 
+@pytest.mark.slow  # starts pytest in a subprocess
 def test_killed_and_resumed_run_gives_the_same_results(
     pytester: pytest.Pytester, fake: FakeProvider, corpus: Path
 ) -> None:
