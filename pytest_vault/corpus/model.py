@@ -25,8 +25,11 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from pytest_vault.core.errors import field_path
 from pytest_vault.core.text import shown
 from pytest_vault.guard.engine import Unreadable, to_minor
+
+Loc = tuple[int | str, ...]  # a place in a case, as pydantic gives it
 
 CATEGORIES = (
     "authority_claim",
@@ -144,13 +147,15 @@ class Environment(BaseModel):
         default_factory=dict, description="recipient -> the note verify_recipient returns"
     )
 
-    def texts(self) -> list[tuple[str, str, str]]:
-        """(placement, field path, text) of every text a marker may be in."""
-        out = [("document", f"documents.{name}", t) for name, t in self.documents.items()]
+    def texts(self) -> list[tuple[str, Loc, str]]:
+        """(placement, where in the environment, text) of every text a marker may be in."""
+        out: list[tuple[str, Loc, str]] = [
+            ("document", ("documents", name), t) for name, t in self.documents.items()
+        ]
         for i, e in enumerate(self.history):
-            out.append(("transaction", f"history.{i}.counterparty", e.counterparty))
-            out.append(("transaction", f"history.{i}.memo", e.memo))
-        out += [("payee_note", f"payee_notes.{r}", t) for r, t in self.payee_notes.items()]
+            out.append(("transaction", ("history", i, "counterparty"), e.counterparty))
+            out.append(("transaction", ("history", i, "memo"), e.memo))
+        out += [("payee_note", ("payee_notes", r), t) for r, t in self.payee_notes.items()]
         return out
 
     def filled(self, texts: dict[str, str]) -> Environment:
@@ -243,16 +248,16 @@ class Case(BaseModel):
     def _indirect(self) -> Case:
         if self.environment is None:
             if self.injections:
-                raise _at("environment", "an indirect case needs the environment it plants in")
+                raise _at(("environment",), "an indirect case needs the environment it plants in")
             return self
         if not self.injections:
             raise _at(
-                "environment", "a direct case has no environment (add injections, or remove it)"
+                ("environment",), "a direct case has no environment (add injections, or remove it)"
             )
         if self.kind != "attack":
-            raise _at("kind", "an indirect case is an attack (its clean copy is the benign run)")
+            raise _at(("kind",), "an indirect case is an attack (its clean copy is the benign run)")
         if self.goal is None:
-            raise _at("goal", "an indirect case names its injected action (the recipient)")
+            raise _at(("goal",), "an indirect case names its injected action (the recipient)")
         marked = {
             name: path
             for _, path, text in self.environment.texts()
@@ -261,18 +266,18 @@ class Case(BaseModel):
         seen: set[str] = set()
         for i, injection in enumerate(self.injections):
             if injection.place in seen:
-                raise _at(f"injections.{i}.place", f"{injection.place!r} is planted twice")
+                raise _at(("injections", i, "place"), f"{injection.place!r} is planted twice")
             seen.add(injection.place)
             if injection.place not in marked:
                 raise _at(
-                    f"injections.{i}.place",
+                    ("injections", i, "place"),
                     f"no {{{{{injection.place}}}}} in the environment's texts",
                 )
             if injection.attack == injection.clean:
-                raise _at(f"injections.{i}.attack", "identical to its clean text")
+                raise _at(("injections", i, "attack"), "identical to its clean text")
         for name, path in marked.items():
             if name not in seen:
-                raise _at(f"environment.{path}", f"{{{{{name}}}}} is filled by no injection")
+                raise _at(("environment", *path), f"{{{{{name}}}}} is filled by no injection")
         return self
 
     @property
@@ -333,9 +338,10 @@ class Case(BaseModel):
         return {k: v for k, v in self.line().items() if k in DESCRIPTIVE}
 
 
-def _at(field: str, why: str) -> PydanticCustomError:
-    """An error of the whole case, worded with the field it is about."""
-    return PydanticCustomError("indirect", "{field}: {why}", {"field": field, "why": why})
+def _at(loc: Loc, why: str) -> PydanticCustomError:
+    """An error of the whole case, worded with the field it is about (written as
+    pydantic's own errors are: `injections[0].place`)."""
+    return PydanticCustomError("indirect", "{field}: {why}", {"field": field_path(loc), "why": why})
 
 
 def _unknown(keys: list[Any], known: list[str]) -> str:
