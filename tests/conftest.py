@@ -24,7 +24,7 @@ ON_CI = bool(os.environ.get("CI"))
 
 
 @pytest.fixture(autouse=True)
-def _not_an_xdist_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+def _a_run_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
     """The pytest runs a test starts (pytester) are runs of their own, never workers of
     this one: under `-n`, plugins that read these variables (syrupy, pytest-benchmark)
     would otherwise act as workers inside them. Nor do they see CI's variables, with
@@ -47,10 +47,14 @@ def _spreads(args: tuple[object, ...]) -> bool:
     )
 
 
-def _starts_pytest(args: object) -> bool:
-    """Whether a command runs pytest: `pytest ...`, `.../pytest ...` or `python -m pytest`,
-    as a program or, in a shell line, after `&&`, `||`, `;` or `|`."""
-    words = args.split() if isinstance(args, str) else [str(a) for a in args]  # type: ignore[attr-defined]
+def _starts_pytest(args: Any) -> bool:
+    """Whether a command (as `subprocess.Popen` takes it) runs pytest: `pytest ...`,
+    `.../pytest ...` or `python -m pytest`, as a program or, in a shell line, after `&&`,
+    `||`, `;` or `|`."""
+    if isinstance(args, (str, bytes, os.PathLike)):
+        words = os.fsdecode(args).split()
+    else:
+        words = [os.fsdecode(a) if isinstance(a, (bytes, os.PathLike)) else str(a) for a in args]
     return any(
         (w == "pytest" and i > 0 and words[i - 1] == "-m")
         or (Path(w).name == "pytest" and (i == 0 or words[i - 1] in ("&&", "||", ";", "|")))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,8 @@ from .conftest import _starts_pytest
         ([sys.executable, "-m", "pytest", "-q"], True),
         (["pytest", "tests"], True),
         (["/venv/bin/pytest"], True),
+        (Path("/venv/bin/pytest"), True),
+        ([b"python", b"-m", b"pytest"], True),
         ("cd x && python -m pytest -q | head", True),
         ([sys.executable, "-m", "pytest_vault.report", "run.parquet"], False),
         (["vault-guard", "lint", "pytest"], False),  # a word "pytest", not the command

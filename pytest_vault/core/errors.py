@@ -38,7 +38,11 @@ def reason(error: OSError | ValueError) -> str:
     return str(error)
 
 
-def field_path(loc: tuple[int | str, ...]) -> str:
+# A place in a document, as pydantic gives it: keys and list indices.
+Loc = tuple[int | str, ...]
+
+
+def field_path(loc: Loc) -> str:
     out = ""
     for part in loc:
         if isinstance(part, int):

@@ -25,11 +25,9 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from pytest_vault.core.errors import field_path
+from pytest_vault.core.errors import Loc, field_path
 from pytest_vault.core.text import shown
 from pytest_vault.guard.engine import Unreadable, to_minor
-
-Loc = tuple[int | str, ...]  # a place in a case, as pydantic gives it
 
 CATEGORIES = (
     "authority_claim",
