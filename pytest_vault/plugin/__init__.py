@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_vault.plugin.checks import asks, from_file, origin, settle
+from pytest_vault.plugin.checks import asks, from_file, only_informs, origin, settle
 from pytest_vault.plugin.corpora import corpora_of, take_args
 from pytest_vault.plugin.options import add_options
 from pytest_vault.plugin.outputs import (
@@ -63,6 +63,8 @@ def pytest_configure(config: pytest.Config) -> None:
     from pytest_vault.plugin.checks import options_of, preflight
 
     settle(config)
+    if only_informs(config):
+        return  # no session follows: nothing of ours is made
     options = options_of(config)
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:

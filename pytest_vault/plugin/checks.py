@@ -12,7 +12,7 @@ import pytest
 
 from pytest_vault.core.text import shown
 from pytest_vault.models.specs import CONTROL_MODELS
-from pytest_vault.plugin.options import DEFAULT_CACHE, OPTIONS
+from pytest_vault.plugin.options import DEFAULT_CACHE, NOT_A_LIST, OPTIONS
 from pytest_vault.plugin.session import VaultSession
 from pytest_vault.plugin.settings import Options
 from pytest_vault.plugin.specs import our_provider
@@ -28,42 +28,85 @@ SETTLED: pytest.StashKey[dict[str, str]] = pytest.StashKey()
 
 def settle(config: pytest.Config) -> None:
     """Each option the command line left unset takes its config-file value, through its
-    converter, or else its default; once per config, before any hook reads an option."""
+    converter, or else its default; once per config, before any hook reads an option.
+    `pytest --help` and `--version` settle nothing: they work whatever the file says."""
     if SETTLED in config.stash:
         return
+    if only_informs(config):
+        for option in OPTIONS:  # the defaults, so nothing of ours reads a None
+            if getattr(config.option, option.key) is None:
+                setattr(config.option, option.key, option.default)
+        config.stash[SETTLED] = {}
+        return
+    _unknown_keys(config)
     origins: dict[str, str] = {}
     folder = config.inipath.parent if config.inipath else None
     for option in OPTIONS:
         if getattr(config.option, option.key) is not None:
             continue
         where = _where(config, option.key)
-        try:
-            raw = config.getini(option.key)
-        except (TypeError, ValueError) as exc:  # pytest's own reading (a TOML type, a bool)
-            said = str(exc).removeprefix(f"{config.inipath}: ")
-            raise pytest.UsageError(f"{where}: {shown(said)}") from None
+        raw = _read(config, option.key, where)
         value = option.default
         if raw is not None:
             value = option.from_config(raw, where, folder)
             origins[option.key] = where
         setattr(config.option, option.key, value)
     config.stash[SETTLED] = origins
-    _unknown_keys(config)
+
+
+def only_informs(config: pytest.Config) -> bool:
+    """`pytest --help` or `--version`: nothing runs, so no vault setting is read."""
+    return bool(config.option.help or config.option.version)
+
+
+def _read(config: pytest.Config, key: str, where: str) -> object:
+    """A config value as pytest reads it, read as pytest 10 will: a list given to a
+    one-value key is an error, not a deprecation warning. Whatever pytest refuses (a
+    TOML type, a truth value) is one usage error naming the file and key."""
+    import warnings
+
+    removed = getattr(pytest, "PytestRemovedIn10Warning", None)
+    with warnings.catch_warnings():
+        if removed is not None:
+            warnings.simplefilter("error", removed)
+        try:
+            return config.getini(key)
+        except Warning:  # pytest 9's warning for a list given to a "string" key
+            raise pytest.UsageError(f"{where} {NOT_A_LIST}") from None
+        except (pytest.UsageError, TypeError, ValueError) as exc:
+            # pytest 8 raises the converter's error; 9 wraps it in a usage error, and
+            # names the file and key in its own words, which ours replace.
+            said = str(exc).removeprefix(f"{config.inipath}: ")
+            said = said.removeprefix(f"config option '{key}' ")
+    if said.startswith("expects a string"):  # pytest 9's native [tool.pytest] table
+        said += " (pytest-vault's keys take strings: write it in quotes)"
+    raise pytest.UsageError(f"{where}: {shown(said)}")
 
 
 def _unknown_keys(config: pytest.Config) -> None:
-    """A `vault_*` key no option has is a typo of one that does: a warning naming it
-    and the nearest key (pytest's own check does not see keys a plugin registered)."""
+    """A `vault_*` key no option has is a typo of one that does, and the run would do
+    something else than asked: a usage error naming it and the nearest key, before
+    anything runs (pytest's own check does not see keys a plugin registered)."""
     import difflib
 
     keys = [o.key for o in OPTIONS]
-    for key in sorted(k for k in config.inicfg if k.startswith("vault_") and k not in keys):
+    for key in sorted(k for k in _keys_set(config) if k.startswith("vault_") and k not in keys):
         near = difflib.get_close_matches(key, keys, n=1, cutoff=0.8)
         hint = f"; did you mean {near[0]}?" if near else ""
-        where = _where(config, key)
-        config.issue_config_time_warning(
-            pytest.PytestConfigWarning(f"{where}: unknown pytest-vault key{hint}"), stacklevel=2
-        )
+        raise pytest.UsageError(f"{_where(config, key)}: unknown pytest-vault key{hint}")
+
+
+def _keys_set(config: pytest.Config) -> set[str]:
+    """The keys the config file and `-o` set: pytest has no public reader of them (its
+    `config.inicfg` is deprecated), so the file is read as pytest read it."""
+    from _pytest.config.findpaths import load_config_dict_from_file
+
+    keys: set[str] = set()
+    if config.inipath is not None:
+        keys |= set(load_config_dict_from_file(config.inipath) or {})
+    for override in config.getoption("override_ini") or ():
+        keys.add(override.partition("=")[0].strip())
+    return keys
 
 
 def asks(config: pytest.Config) -> bool:

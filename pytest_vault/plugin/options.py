@@ -35,6 +35,8 @@ from pytest_vault.plugin.convert import (
 )
 
 DEFAULT_CACHE = ".vault-cache"
+# A list in the config file for an option of one value: pytest 9 warns, pytest 10 refuses.
+NOT_A_LIST = "expected one value, not a list"
 # Trials per evaluation, at most: a bound, so a typo (`--vault-trials 300`) is said, not run.
 MAX_TRIALS = 100
 
@@ -104,7 +106,7 @@ class Option:
                 values = [self._one(item, folder) for item in items]
                 return values
             if isinstance(raw, list):
-                raise OptionError("expected one value, not a list")
+                raise OptionError(NOT_A_LIST)
             return self._one(raw, folder)
         except OptionError as exc:
             raise pytest.UsageError(f"{where} {exc}") from None

@@ -145,6 +145,20 @@ def test_the_config_file_sets_every_kind_of_option(pytester: pytest.Pytester) ->
     assert sorted(opts.specs) == ["scripted:obedient", "scripted:refuser"]
 
 
+def test_the_settings_are_read_as_pytest_10_will_without_a_warning(
+    pytester: pytest.Pytester,
+) -> None:
+    import warnings
+
+    pytester.makepyprojecttoml(PYPROJECT)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        opts = options(pytester)
+    assert opts.max_steps == 3
+    # pytest 9 warns of `config.inicfg`, and of a list given to a "string" key.
+    assert [str(w.message) for w in seen if "Removed" in type(w.message).__name__] == []
+
+
 def test_the_command_line_overrides_the_config_file(pytester: pytest.Pytester) -> None:
     pytester.makepyprojecttoml(PYPROJECT)
     opts = options(
@@ -227,13 +241,101 @@ def test_the_options_import_nothing_heavy() -> None:
     ) == set()
 
 
-def test_an_unknown_vault_key_warns_with_the_nearest_known_key(pytester: pytest.Pytester) -> None:
-    pytester.makeini("[pytest]\nvault_corpus = .\nvault_modle = scripted:replay\nvault_zzz = 1\n")
+@pytest.mark.parametrize(
+    ("config", "said"),
+    [
+        (
+            (
+                "tox.ini",
+                "[pytest]\nvault_corpus = .\nvault_modle = scripted:replay\nvault_zzz = 1\n",
+            ),
+            "tox.ini: vault_modle: unknown pytest-vault key; did you mean vault_model?",
+        ),
+        (
+            ("pyproject.toml", "[tool.pytest.ini_options]\nvault_strickt = true\n"),
+            "pyproject.toml: vault_strickt: unknown pytest-vault key; did you mean vault_strict?",
+        ),
+        (
+            ("pyproject.toml", "[tool.pytest.ini_options]\nvault_zzz = 1\n"),
+            "pyproject.toml: vault_zzz: unknown pytest-vault key",
+        ),
+    ],
+)
+def test_an_unknown_vault_key_is_a_usage_error_naming_the_nearest_known_key(
+    pytester: pytest.Pytester, config: tuple[str, str], said: str
+) -> None:
+    name, text = config
+    (pytester.path / "tox.ini").unlink()  # the test project's: it would come first
+    (pytester.path / name).write_text(text, encoding="utf-8")
     pytester.makepyfile(test_one="def test_one(): pass")
-    result = pytester.runpytest("-p", "no:randomly", "-W", "always")
-    result.assert_outcomes(passed=1)
-    ours = [line.strip() for line in result.outlines if "pytest-vault key" in line]
-    assert [line.partition("PytestConfigWarning: ")[2] for line in ours] == [
-        "tox.ini: vault_modle: unknown pytest-vault key; did you mean vault_model?",
-        "tox.ini: vault_zzz: unknown pytest-vault key",
+    result = pytester.runpytest("-W", "always")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    # Once: pytest's own "Unknown config option" check never comes (nothing is collected).
+    assert errors(result) == [f"ERROR: {said}"]
+    assert result.outlines == []
+
+
+def test_an_unknown_key_given_with_o_is_named_as_one(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("-o", "vault_trails=3")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert errors(result) == [
+        "ERROR: -o vault_trails: unknown pytest-vault key; did you mean vault_trials?"
     ]
+
+
+def test_other_keys_are_left_to_pytest(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nvaultish = 1\nmy_plugin_key = 2\n")
+    pytester.makepyfile(test_one="def test_one(): pass")
+    result = pytester.runpytest("-W", "always")
+    result.assert_outcomes(passed=1)
+    warned = sorted(
+        line.partition("PytestConfigWarning: ")[2]
+        for line in result.outlines
+        if "PytestConfigWarning: Unknown config option" in line
+    )
+    assert warned == [
+        "Unknown config option: my_plugin_key",
+        "Unknown config option: vaultish",
+    ]
+
+
+@pytest.mark.parametrize("flag", ["--help", "--version"])
+def test_help_and_version_work_whatever_the_vault_settings_say(
+    pytester: pytest.Pytester, flag: str
+) -> None:
+    pytester.makepyprojecttoml(
+        '[tool.pytest.ini_options]\nvault_strict = "maybe"\nvault_trials = "0"\n'
+        'vault_corpus = ["nowhere"]\nvault_strickt = true\n'
+    )
+    result = pytester.runpytest(flag)
+    assert result.ret == pytest.ExitCode.OK
+    said = [*result.outlines, *result.errlines]  # pytest < 9.1 prints its version on stderr
+    assert [line for line in said if "ERROR" in line or "Warning" in line] == []
+    if flag == "--version":
+        assert f"pytest {pytest.__version__}" in said
+    else:
+        assert any("--vault-baseline=RUN.parquet" in line for line in result.outlines)
+
+
+@pytest.mark.parametrize(
+    ("written", "said"),
+    [
+        # pytest 9's native TOML table: its types are checked by pytest, named by us.
+        ("vault_max_steps = 3", "vault_max_steps: expects a string, got int: 3"),
+        (
+            "vault_corpus = 'cases'",
+            "vault_corpus: expects a list for type 'args', got str: 'cases'",
+        ),
+        ("vault_strict = 'yes'", "vault_strict: expects a bool, got str: 'yes'"),
+    ],
+)
+def test_a_native_toml_table_of_the_wrong_type_names_the_file_and_key(
+    pytester: pytest.Pytester, written: str, said: str
+) -> None:
+    if int(pytest.__version__.partition(".")[0]) < 9:
+        pytest.skip("pytest < 9 reads no [tool.pytest] table")
+    pytester.makepyprojecttoml(f"[tool.pytest]\n{written}\n")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    [line] = errors(result)
+    assert line.startswith(f"ERROR: pyproject.toml: {said}")
