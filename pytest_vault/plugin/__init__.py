@@ -13,7 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from pytest_vault.plugin.checks import asks, from_file, only_informs, origin, settle
+from pytest_vault.plugin.checks import (
+    asks,
+    from_file,
+    nothing_collected,
+    only_informs,
+    origin,
+    settle,
+)
 from pytest_vault.plugin.corpora import corpora_of, take_args
 from pytest_vault.plugin.options import add_options
 from pytest_vault.plugin.outputs import (
@@ -30,6 +37,7 @@ from pytest_vault.plugin.plan import (
 )
 from pytest_vault.plugin.session import VAULT, VaultSession
 from pytest_vault.plugin.settings import Job
+from pytest_vault.plugin.xdist import is_worker
 
 # Hooks that live with their concern, registered through this module.
 __all__ = [
@@ -127,6 +135,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     --vault-level), and count what the run plans."""
     vault = config.stash[VAULT]
     shard = vault.options.shard
+    if not vault.collected and not is_worker(config):  # xdist: the controller says it
+        unheard = nothing_collected(config)
+        if unheard is not None:
+            raise pytest.UsageError(unheard)
     if not vault.collected and shard is None:
         return  # nothing of ours: the run stays exactly the user's (and imports nothing)
     from pytest_vault.plugin.collect import apply_sample, group_key

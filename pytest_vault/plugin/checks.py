@@ -12,6 +12,7 @@ import pytest
 
 from pytest_vault.core.text import shown
 from pytest_vault.models.specs import CONTROL_MODELS
+from pytest_vault.plugin.corpora import OWN_SUFFIX
 from pytest_vault.plugin.options import DEFAULT_CACHE, NOT_A_LIST, OPTIONS
 from pytest_vault.plugin.session import VaultSession
 from pytest_vault.plugin.settings import Options
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 
 
 SETTLED: pytest.StashKey[dict[str, str]] = pytest.StashKey()
+_BY_FLAG = {o.flag: o for o in OPTIONS}
 
 
 def settle(config: pytest.Config) -> None:
@@ -38,6 +40,7 @@ def settle(config: pytest.Config) -> None:
                 setattr(config.option, option.key, option.default)
         config.stash[SETTLED] = {}
         return
+    rootdir_kept(config)
     _unknown_keys(config)
     origins: dict[str, str] = {}
     folder = config.inipath.parent if config.inipath else None
@@ -107,6 +110,71 @@ def _keys_set(config: pytest.Config) -> set[str]:
     for override in config.getoption("override_ini") or ():
         keys.add(override.partition("=")[0].strip())
     return keys
+
+
+def named_flags(config: pytest.Config) -> list[str]:
+    """Our flags the command line names, in its order: a run that names one is a vault
+    run, whatever pytest collects."""
+    flags = {o.flag for o in OPTIONS}
+    words = [arg.partition("=")[0] for arg in config.invocation_params.args]
+    return list(dict.fromkeys(w for w in words if w in flags))
+
+
+def rootdir_kept(config: pytest.Config) -> None:
+    """pytest chooses its rootdir and config file before it knows our options, so the
+    value of `--vault-baseline ../last.parquet` (two words) is taken for a test path and
+    can move both: the project's settings are then never read. Whether it did is asked
+    of pytest's own rootdir search, without those values; when it did, a usage error
+    names what was chosen and the `=` form that keeps it."""
+    args = [str(arg) for arg in config.invocation_params.args]
+    values = {
+        i + 1: flag
+        for i, flag in enumerate(args[:-1])
+        if (option := _BY_FLAG.get(flag)) is not None and option.kind != "flag"
+    }
+    if not values:
+        return
+    import inspect
+
+    from _pytest.config.findpaths import determine_setup
+
+    given = config.args if config.args_source == pytest.Config.ArgsSource.ARGS else []
+    more = {}
+    if "override_ini" in inspect.signature(determine_setup).parameters:
+        more["override_ini"] = config.option.override_ini
+    rootpath, inipath = determine_setup(  # what pytest would choose without our values
+        inifile=config.option.inifilename,
+        args=[str(arg) for arg in given],
+        rootdir_cmd_arg=config.option.rootdir or None,
+        invocation_dir=config.invocation_params.dir,
+        **more,
+    )[:2]
+    if (rootpath, inipath) == (config.rootpath, config.inipath):
+        return
+    i = min(values)
+    flag, value = values[i], args[i]
+    raise pytest.UsageError(
+        f"{flag} {shown(value)}: pytest took this path for a test path and chose rootdir "
+        f"{shown(config.rootpath)} with {_config_file(config.inipath)}, not {shown(rootpath)} "
+        f"with {_config_file(inipath)}; write {flag}={shown(value)}"
+    )
+
+
+def _config_file(path: Path | None) -> str:
+    return f"config file {shown(path)}" if path is not None else "no config file"
+
+
+def nothing_collected(config: pytest.Config) -> str | None:
+    """When the command line names our options and no vault test was collected, why, in
+    one line: a vault run that ran no vault test (a gate, strict mode) must not pass."""
+    flags = named_flags(config)
+    if not flags:
+        return None  # the user's own run: vault settings in the config file are not a request
+    return (
+        f"{', '.join(flags)} given, but no vault test was collected: no corpus was named "
+        f"(--vault-corpus, or *{OWN_SUFFIX} files among the paths) nor found in the config "
+        f"file (rootdir {shown(config.rootpath)}, {_config_file(config.inipath)})"
+    )
 
 
 def asks(config: pytest.Config) -> bool:

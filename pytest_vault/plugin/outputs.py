@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Literal
 import pytest
 
 from pytest_vault.core.text import shown
-from pytest_vault.plugin.checks import asks
+from pytest_vault.plugin.checks import asks, named_flags, nothing_collected
 from pytest_vault.plugin.record import metadata
 from pytest_vault.plugin.session import VAULT, VaultSession
-from pytest_vault.plugin.xdist import WORKER_OUTPUT, is_worker
+from pytest_vault.plugin.xdist import WORKER_OUTPUT, is_controller, is_worker
 
 if TYPE_CHECKING:
     from pytest_vault.report.baseline import Baseline, Gate
@@ -84,6 +84,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     if not asks(config):
         return  # nothing ran: nothing is written
+    ours = vault.collected or bool(vault.corpus_digests)  # a worker's collection counts
+    unheard = None if ours or not is_controller(config) else nothing_collected(config)
+    if unheard is not None:  # a run alone said so at collection, before any test ran
+        stream(config, "stderr", f"ERROR: {unheard}\n")
+        session.exitstatus = pytest.ExitCode.USAGE_ERROR
+        return
     # Every row is in (the workers' too): each attacked run meets its clean run.
     vault.store.attribute()
     # The gate first: its verdict is the reports' too.
@@ -126,6 +132,19 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         # Like syrupy's unused snapshots: the run fails even when every test passed.
         if gate.failed and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = EXIT_REGRESSION
+    elif baseline is not None and (ours or "--vault-baseline" in named_flags(config)):
+        # Asked for and not run: never a pass. (Only a baseline in the config file, on a
+        # run of the user's own tests, asks for nothing.)
+        from pytest_vault.report.baseline import EXIT_GATE_NOT_RUN
+
+        planned = sum(vault.planned.values())
+        vault.gate_not_run = (
+            f"none of the {planned} planned vault evaluations ran"
+            if planned
+            else "no vault test was selected"
+        )
+        if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+            session.exitstatus = EXIT_GATE_NOT_RUN
     if vault.unwritten and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -166,6 +185,13 @@ def pytest_terminal_summary(
     terminalreporter: pytest.TerminalReporter, config: pytest.Config
 ) -> None:
     vault = config.stash[VAULT]
+    if vault.gate_not_run is not None:
+        from pytest_vault.report.baseline import EXIT_GATE_NOT_RUN
+
+        terminalreporter.section("pytest-vault baseline")
+        terminalreporter.write_line(
+            f"Gate not run: {vault.gate_not_run} (exit status {EXIT_GATE_NOT_RUN})", red=True
+        )
     if not vault.store:
         return
     from pytest_vault.report.summary import render

@@ -92,6 +92,8 @@ class VaultSession:
     unstored: dict[str, tuple[int, str | None]] = field(default_factory=dict)
     # The baseline gate's verdict line, once it ran (the reports open with it).
     gate_verdict: str | None = None
+    # Why a gate that was asked for did not run (the terminal says it; its exit status).
+    gate_not_run: str | None = None
     # Outputs that could not be written at the end, by option (said in one line each).
     unwritten: dict[str, Path] = field(default_factory=dict)
     # The ids of exported finds whose text no corpus line could hold exactly (repaired,

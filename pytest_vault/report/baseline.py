@@ -65,6 +65,9 @@ from pytest_vault.report.tables import LEVEL_GROUPS, RESAMPLES, SEED, Bootstrap
 
 Q = 0.05  # the Benjamini-Hochberg false discovery rate of the gate
 EXIT_REGRESSION = 1  # pytest's "tests failed": CI fails, as syrupy does for unused snapshots
+# A baseline was given and the gate compared nothing (no vault evaluation ran): beside
+# pytest's own 0-5, so CI tells it from a regression and never from a pass.
+EXIT_GATE_NOT_RUN = 6
 # What makes two rows the same evaluation; level and kind guard against a changed case.
 KEY = ("attack_id", "track", "architecture", "trial", "level", "kind")
 # Listed in the text under the regressions, at most; all of them in --vault-baseline-out.

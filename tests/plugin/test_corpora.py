@@ -15,7 +15,7 @@ from pytest_vault.corpus.load import load_corpus
 
 pytest_plugins = ["pytester"]
 
-ONE = ("-p", "no:cacheprovider", "-p", "no:randomly", "--vault-model=scripted:obedient")
+ONE = ("-p", "no:cacheprovider", "-p", "no:randomly", "-o", "vault_model=scripted:obedient")
 # Each case: 2 tracks x 2 architectures of the one model.
 PER_CASE = 4
 BUILTIN_CASES = sum(len(load_corpus(p)) for p in builtin.files("builtin"))
