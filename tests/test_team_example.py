@@ -1,25 +1,22 @@
 """examples/team as a team would use it: pytest-vault installed from its wheel alone, in
 a fresh virtual environment with no path into this repository, and no network.
 
-The wheelhouse (dependency wheels, the build backend) is filled beforehand by
-`python tests/wheelhouse.py`; `VAULT_WHEELHOUSE` names it (default <repo>/.wheelhouse).
-`VAULT_NO_WHEELHOUSE=1` skips these tests; without it a missing wheelhouse fails them.
+The wheelhouse (dependency wheels, the build backend) is filled by the tests themselves
+(tests/wheelhouse.py); `VAULT_NO_WHEELHOUSE=1` skips these tests.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import subprocess
-import sys
 import tomllib
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from filelock import FileLock
+
+from . import wheelhouse
+from .wheelhouse import Venv, checked
 
 pytestmark = pytest.mark.slow
 
@@ -35,90 +32,12 @@ SUMMARY = (
     "0 errors and 0 not run (kept out of every rate)"
 )
 OUTCOME = re.compile(r"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (\S+)", re.MULTILINE)
-DEAD_PROXY = "http://127.0.0.1:9"  # anything that tries the network fails at once
-
-
-@dataclass(frozen=True)
-class Venv:
-    python: Path
-    env: dict[str, str]
-
-    def run(self, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-        return run([str(self.python), *args], self.env, cwd)
-
-
-def run(command: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
-
-
-def wheelhouse() -> Path:
-    if os.environ.get("VAULT_NO_WHEELHOUSE") == "1":
-        pytest.skip("VAULT_NO_WHEELHOUSE=1: the team example's offline install is not tested")
-    path = Path(os.environ.get("VAULT_WHEELHOUSE") or ROOT / ".wheelhouse")
-    if not any(path.glob("*.whl")):
-        pytest.fail(
-            f"no wheelhouse at {path}: run `python tests/wheelhouse.py` first "
-            "(or set VAULT_NO_WHEELHOUSE=1 to skip)",
-            pytrace=False,
-        )
-    return path
-
-
-def offline_env() -> dict[str, str]:
-    """This environment less what could point pip or Python back at this repository (the
-    editable install, pip's config and indexes) or make a run an xdist worker's."""
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith(("PIP_", "PYTEST_", "PYTHON", "VIRTUAL_ENV", "VAULT_"))
-    }
-    env.update(
-        PIP_CONFIG_FILE=os.devnull,
-        PIP_NO_INDEX="1",
-        PIP_DISABLE_PIP_VERSION_CHECK="1",
-        PYTHONDONTWRITEBYTECODE="1",
-        HTTP_PROXY=DEAD_PROXY,
-        HTTPS_PROXY=DEAD_PROXY,
-        http_proxy=DEAD_PROXY,
-        https_proxy=DEAD_PROXY,
-    )
-    return env
-
-
-def checked(done: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
-    assert done.returncode == 0, f"{done.args}\n{done.stdout}\n{done.stderr}"
-    return done
 
 
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Venv:
-    """One venv for the module, and for every xdist worker of the run: the first builds
-    it under a lock in the run's temporary folder, the others reuse it."""
-    wheels = wheelhouse()
-    run_temp = tmp_path_factory.getbasetemp()
-    if hasattr(request.config, "workerinput"):
-        run_temp = run_temp.parent  # a worker's is popen-gwN inside the run's
-    shared = run_temp / "team-example"
-    shared.mkdir(exist_ok=True)
-    env = offline_env()
-    made = Venv(shared / "venv" / "bin" / "python", env)
-    with FileLock(shared / "lock"):
-        if (shared / "ready").exists():
-            return made
-        dist = shared / "dist"
-        shutil.rmtree(dist, ignore_errors=True)
-        shutil.rmtree(shared / "venv", ignore_errors=True)
-        # The build backend comes from the wheelhouse too: build isolation, offline.
-        pip = [sys.executable, "-m", "pip", "--quiet"]
-        offline = ["--no-index", "--find-links", str(wheels)]
-        checked(
-            run([*pip, "wheel", "--no-deps", *offline, "-w", str(dist), str(ROOT)], env, shared)
-        )
-        (wheel,) = dist.glob("pytest_vault-*.whl")
-        checked(run([sys.executable, "-m", "venv", str(shared / "venv")], env, shared))
-        checked(made.run("-m", "pip", "install", "--quiet", *offline, str(wheel), cwd=shared))
-        (shared / "ready").touch()
-    return made
+    """The wheel and its dependencies (no extra), in a fresh virtual environment."""
+    return wheelhouse.venv(request.config, tmp_path_factory, "team-example")
 
 
 def team_copy(dest: Path, *, vault_settings: bool = True) -> Path:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from pytest_vault.core.errors import VaultError
+from pytest_vault.core.extras import needs
 from pytest_vault.core.text import KEY_ENV
 
 CONTROL_MODELS = (
@@ -110,6 +111,9 @@ def check_spec(
             )
         return spec
     parsed = parse_spec(spec, option)
+    missing = needs(parsed.provider, "providers", f"{option} {spec}")
+    if missing is not None:
+        raise SpecError(missing)
     local = parsed.provider == "openai" and bool(base_url or os.environ.get(BASE_URL_ENV["openai"]))
     if asks and not (os.environ.get(KEY_ENV[parsed.provider]) or local):
         raise SpecError(f"{option} {spec}: {KEY_ENV[parsed.provider]} is not set")

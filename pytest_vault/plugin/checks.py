@@ -217,6 +217,12 @@ def _path(value: str | None) -> Path | None:
 
 def options_of(config: pytest.Config) -> Options:
     get = config.getoption
+    if get("vault_decisions"):
+        from pytest_vault.core.extras import needs
+
+        missing = needs("syrupy", "snapshots", origin(config, "vault_decisions"))
+        if missing is not None:
+            raise pytest.UsageError(missing)
     specs: dict[str, Spec] = {}
     models = _claimed(config, "vault_model", "model", CONTROL_MODELS, specs)
     for name in (

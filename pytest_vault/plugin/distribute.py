@@ -69,7 +69,10 @@ class ShareScheduling:
     """xdist's `Scheduling` protocol (`xdist.scheduler.Scheduling`) for `--dist load`."""
 
     def __init__(self, config: pytest.Config, log: Any = None) -> None:
-        from xdist.workermanage import parse_tx_spec_config
+        try:
+            from xdist.workermanage import parse_tx_spec_config
+        except ImportError:  # pytest-xdist < 3.7 names it so
+            from xdist.workermanage import parse_spec_config as parse_tx_spec_config
 
         self.config = config
         self.numnodes = len(parse_tx_spec_config(config))
