@@ -19,7 +19,7 @@ nox.options.reuse_existing_virtualenvs = False
 
 # The oldest versions pyproject.toml states (its lower bounds): the plugin uses internals
 # of pytest, xdist and syrupy, so each is tested at both ends of its stated range.
-OLDEST = ("pytest==8.0.0", "pytest-xdist==3.5.0", "syrupy==7.0.2")
+OLDEST = ("pytest==8.4.0", "pytest-xdist==3.6.1", "syrupy==7.0.2")
 
 
 @nox.session

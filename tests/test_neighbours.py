@@ -74,7 +74,8 @@ def summary(stdout: str) -> list[str]:
     lines = stdout.splitlines()
     start = next(i for i, line in enumerate(lines) if "pytest-vault summary" in line)
     end = next(
-        (i for i in range(start + 1, len(lines)) if re.match(r"^=+ .* =+$", lines[i])), len(lines)
+        (i for i in range(start + 1, len(lines)) if re.match(r"^([=-])+ .* \1+$", lines[i])),
+        len(lines),
     )
     return [line for line in lines[start + 1 : end] if not line.startswith("results: ")]
 

@@ -129,6 +129,12 @@ def take_args(config: pytest.Config, corpora: Corpora, from_config: bool) -> Non
         return
     paths = [str(p) for p in corpora.paths]
     if from_config or given:
-        config.args.extend(paths)  # pytest drops the overlaps
+        # Only what the walk of pytest's own arguments does not reach: pytest < 9, given
+        # a folder and a folder inside it, collects the inner one alone.
+        here = config.invocation_params.dir
+        walked = [_absolute(here / a) for a in config.args if "::" not in a]
+        config.args.extend(
+            p for p in paths if not any(Path(p).is_relative_to(w) for w in walked if w.is_dir())
+        )
     elif corpora.paths or corpora.builtin:
         config.args[:] = paths  # the corpora, instead of testpaths or the folder
