@@ -37,6 +37,7 @@ from pytest_vault.report.judges import UNDEFINED, for_people
 from pytest_vault.report.results import read_calls, read_transcript, scrubbed, to_table
 from pytest_vault.report.summary import sample_line
 from pytest_vault.report.tables import TITLES, Analysis, Table, merged_metadata
+from pytest_vault.report.transcript import command
 from pytest_vault.report.verdict import Verdict, verdict
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -547,6 +548,7 @@ class Logged:
 @dataclass(frozen=True)
 class Failure:
     ident: str  # what `vault-report --show` takes
+    command: str  # the command that prints it, quoted for the shell
     values: dict[str, str]  # column -> text
     classes: str  # the filters' classes: `x-model3 x-level1 ...`
     ranks: str  # the sorts' order: `--model:3;--level:1;...`
@@ -591,7 +593,7 @@ def _event(r: Mapping[str, Any]) -> str:
 def _cut(text: str, ident: str, most: int = TEXT) -> str:
     if len(text) <= most:
         return text
-    return f"{text[:most]} … ({len(text) - most:,} more characters: vault-report --show {ident})"
+    return f"{text[:most]} … ({len(text) - most:,} more characters: {command(ident)})"
 
 
 def _size(calls: Iterable[Logged]) -> int:
@@ -743,7 +745,7 @@ def _view(r: dict[str, Any], recorded: bool, room: int) -> tuple[Failure, int]:
         size = _size(calls)
         unkept = (
             "Transcript and calls not embedded: the page keeps its size bounded. "
-            f"vault-report --show {ident} prints them."
+            f"{command(ident)} prints them."
         )
     elif messages is None and recorded:
         unkept = "No transcript was kept for this evaluation."
@@ -761,7 +763,9 @@ def _view(r: dict[str, Any], recorded: bool, room: int) -> tuple[Failure, int]:
         f"{r['attack_id']} {r['model']} track {r['track']} {arch} trial {r['trial']} (level "
         f"{r['level']}): {r['status']}" + (f"; {', '.join(events)}" if events else "")
     )
-    view = Failure(ident, values, "", "", head, r["error"], r["source"], messages, unkept, calls)
+    view = Failure(
+        ident, command(ident), values, "", "", head, r["error"], r["source"], messages, unkept, calls
+    )
     return view, size
 
 

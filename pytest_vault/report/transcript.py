@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import shlex
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,6 +22,12 @@ from pytest_vault.guard.money import Money
 from pytest_vault.report.results import read_calls, read_transcript
 
 KEY = ("attack_id", "model", "track", "architecture", "trial")
+
+
+def command(ident: str, results: str = "RESULTS") -> str:
+    """The command that prints one evaluation, quoted for a POSIX shell: a case id is
+    corpus text, and pasted as it is, `'; touch PWNED` would run."""
+    return shlex.join(["vault-report", results, "--show", ident])
 
 
 def _matches(row: Mapping[str, Any], ident: str) -> bool:

@@ -447,7 +447,7 @@ def test_transcripts_beyond_the_budget_or_too_long_are_cut(tmp_path: Path) -> No
     first = every.shown[0].messages
     assert first is not None
     assert first[0].lines == [
-        f"{'x' * TEXT} … (7 more characters: vault-report --show a0:m:A:model:1)"
+        f"{'x' * TEXT} … (7 more characters: vault-report RESULTS --show a0:m:A:model:1)"
     ]
     # A budget for about one row: the others keep their forbidden call, briefly, and say
     # how to print the rest.
@@ -456,15 +456,49 @@ def test_transcripts_beyond_the_budget_or_too_long_are_cut(tmp_path: Path) -> No
     assert [len(f.calls) for f in some.shown] == [2, 1, 1]
     assert some.shown[2].unkept == (
         "Transcript and calls not embedded: the page keeps its size bounded. "
-        "vault-report --show a2:m:A:model:1 prints them."
+        "vault-report RESULTS --show a2:m:A:model:1 prints them."
     )
     [brief] = some.shown[2].calls
     arguments = json.dumps({"recipient": "x@evil.test", "memo": memo})
     assert (brief.forbidden, brief.answer, brief.decision) == (True, [], None)
     assert brief.arguments == (
         f"{arguments[:300]} … ({len(arguments) - 300} more characters: "
-        "vault-report --show a2:m:A:model:1)"
+        "vault-report RESULTS --show a2:m:A:model:1)"
     )
+
+
+@pytest.mark.parametrize(
+    "attack_id",
+    [
+        "x'; touch PWNED; echo '",
+        'q"$(touch PWNED)"',
+        "a`touch PWNED`;|&<>*?~ \\ \n!#",
+        "JIRA:PAY-1",
+    ],
+)
+def test_the_command_to_copy_runs_as_shown_never_the_ids_shell(
+    tmp_path: Path, attack_id: str
+) -> None:
+    """The report's "In a terminal" command, pasted into a shell, runs vault-report with
+    the id as one argument, whatever the id holds (corpus text)."""
+    paid = {"requested": True, "paid": True, "unpermitted": True, "violation": True}
+    write_html([row(attack_id=attack_id, **paid)], [{"models": ["m"]}], tmp_path / "r.html")
+    page = (tmp_path / "r.html").read_text(encoding="utf-8")
+    [code] = re.findall(r"In a terminal: <code>(.*?)</code>", page, re.DOTALL)
+    pasted = html.unescape(code)
+    bin = tmp_path / "bin"
+    bin.mkdir()
+    fake = bin / "vault-report"
+    fake.write_text('#!/bin/sh\nprintf "%s\\0" "$@" > "$(dirname "$0")/args"\n')
+    fake.chmod(0o755)
+    done = subprocess.run(
+        ["bash", "-c", pasted], cwd=tmp_path, env={"PATH": f"{bin}:/usr/bin:/bin"}, check=False
+    )
+    assert done.returncode == 0
+    assert not (tmp_path / "PWNED").exists()
+    said = (bin / "args").read_bytes().decode().split("\0")[:-1]
+    # Text for people: a control character is shown escaped (`\\n`), in the command too.
+    assert said == ["RESULTS", "--show", shown(f"{attack_id}:m:A:model:1")]
 
 
 def test_the_matched_chart_shows_unpermitted_transfers_model_alone_against_guarded() -> None:
