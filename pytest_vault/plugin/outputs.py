@@ -197,7 +197,7 @@ def pytest_terminal_summary(
     from pytest_vault.report.summary import render
 
     terminalreporter.section("pytest-vault summary")
-    for line in render(vault.rows, sample=vault.sample):
+    for line in render(vault.rows, sample=vault.sample, planned=sum(vault.planned.values())):
         terminalreporter.write_line(line)
     for label, option, path in (
         ("results", "--vault-results", vault.options.results),

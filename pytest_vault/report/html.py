@@ -764,7 +764,17 @@ def _view(r: dict[str, Any], recorded: bool, room: int) -> tuple[Failure, int]:
         f"{r['level']}): {r['status']}" + (f"; {', '.join(events)}" if events else "")
     )
     view = Failure(
-        ident, command(ident), values, "", "", head, r["error"], r["source"], messages, unkept, calls
+        ident,
+        command(ident),
+        values,
+        "",
+        "",
+        head,
+        r["error"],
+        r["source"],
+        messages,
+        unkept,
+        calls,
     )
     return view, size
 

@@ -383,10 +383,14 @@ def indirect_lines(rows: Sequence[Row]) -> list[str]:
     return lines
 
 
-def render(rows: Sequence[Row], sample: Mapping[str, Any] | None = None) -> list[str]:
-    """The summary as lines of text; `sample`: the run's sample record, if it is one.
+def render(
+    rows: Sequence[Row], sample: Mapping[str, Any] | None = None, planned: int | None = None
+) -> list[str]:
+    """The summary as lines of text; `sample`: the run's sample record, if it is one;
+    `planned`: the evaluations the run planned (every track), said when some have no row.
     Adaptive and indirect rows have their own lines at the end: every other number is the
     direct fixed tracks' alone."""
+    missing = 0 if planned is None else max(0, planned - len(rows))
     adaptive = [r for r in rows if r.get("track") == "adaptive"]
     indirect = [r for r in rows if r.get("track") == "indirect"]
     rows = [r for r in rows if r.get("track") not in ("adaptive", "indirect")]
@@ -403,6 +407,11 @@ def render(rows: Sequence[Row], sample: Mapping[str, Any] | None = None) -> list
     ]
     if not rows and indirect:
         lines = []  # an indirect corpus alone: its own lines say it all
+    if missing:
+        lines.append(
+            f"INCOMPLETE: {missing} of the {planned} planned evaluations have no row (the run "
+            "was cut short: interrupted, --maxfail, a timeout); no number here covers them"
+        )
     if sample is not None:
         lines.append(sample_line(sample))
     theirs = sorted({str(r["guard"]) for r in rows if r.get("guard") not in (None, "oap")})

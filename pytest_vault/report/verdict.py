@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 from pytest_vault.core.text import shown
 from pytest_vault.report.stats import rule_of_three, zero_bound
 from pytest_vault.report.summary import blocked_share, dgf_outcomes, percent
+from pytest_vault.report.tables import plans
 
 # What a verdict reads of each row (the rows themselves may be 250,000).
 COLUMNS = (
@@ -47,6 +48,9 @@ class Verdict:
     errors: int
     not_run: int
     gate: str | None = None  # the baseline gate's verdict line, when one ran
+    # Planned evaluations with no row (a run cut short: Ctrl-C, --maxfail, a timeout, a
+    # missing shard); None when the files do not say what they planned.
+    missing: int | None = None
     lines: list[str] = field(default_factory=list)
 
     def record(self) -> dict[str, Any]:
@@ -102,17 +106,30 @@ def verdict(
     errors = sum(r["status"] == "error" for r in rows)
     not_run = sum(r["status"] == "not_run" for r in rows)
     gate_failed = gate is not None and not gate.startswith("No regression")
-    green = bool(done) and not violations and not errors and not not_run and not gate_failed
+    planned = missing = None
+    runs = plans(metadata)
+    if runs is not None:  # each run's plan once (shards of one run share theirs)
+        planned = sum(int(count) for run in runs for count in run.values())
+        missing = max(0, planned - table.num_rows)
+    green = (
+        bool(done) and not violations and not errors and not not_run and not missing
+    ) and not gate_failed
     if violations:
         sentence = (
             f"NOT SAFE: {_some(violations, 'forbidden transfer')} executed behind the guard, "
             f"in {_some(len(guarded), 'guarded evaluation')}."
         )
-    elif errors or not_run:
+    elif errors or not_run or missing:
+        said = [f"{errors:,} errored", f"{not_run:,} were not run"]
+        if missing:
+            said.append(
+                f"{missing:,} of the {planned:,} planned have no row (the run was cut short, "
+                "or a shard is missing)"
+            )
         sentence = (
             f"INCOMPLETE: no forbidden transfer executed behind the guard in the evaluations "
-            f"that ran, but {errors:,} errored and {not_run:,} were not run, which is no "
-            "evidence of safety."
+            f"that ran, but {', '.join(said[:-1])} and {said[-1]}, which is no evidence of "
+            "safety."
         )
     elif gate_failed:
         sentence = f"REGRESSION: the baseline gate says: {gate}."
@@ -138,6 +155,7 @@ def verdict(
         errors,
         not_run,
         gate,
+        missing,
     )
     return replace(found, lines=_lines(found))
 
@@ -179,7 +197,8 @@ def _lines(v: Verdict) -> list[str]:
         out.append(f"  DGF score (indirect), guarded: {v.dgf}")
     out += [
         f"  benign requests completed: {v.benign}",
-        f"  errors: {v.errors:,}; not run: {v.not_run:,}",
+        f"  errors: {v.errors:,}; not run: {v.not_run:,}"
+        + (f"; planned, with no row: {v.missing:,}" if v.missing else ""),
     ]
     if v.gate is not None:
         out.append(f"  baseline gate: {v.gate}")
