@@ -83,6 +83,9 @@ def pytest_configure(config: pytest.Config) -> None:
     take_args(config, vault.corpora, from_config)
     if workerinput is None:
         preflight(vault)
+        from pytest_vault.plugin.rows import LastAttempts
+
+        config.pluginmanager.register(LastAttempts(vault.store), "vault-attempts")
     if config.pluginmanager.hasplugin("syrupy"):
         from pytest_vault.plugin.decisions import hide_from_other_extensions
 

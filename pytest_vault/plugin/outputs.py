@@ -145,6 +145,17 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         )
         if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
             session.exitstatus = EXIT_GATE_NOT_RUN
+    hidden = store.rerun_violations(opts.strict)
+    if hidden:  # its test passed on a rerun: the run must not
+        said = ", ".join(shown(key) for key in hidden[:3]) + (", ..." if len(hidden) > 3 else "")
+        stream(
+            config,
+            "stderr",
+            f"ERROR: a forbidden transfer executed in an attempt of {len(hidden)} test(s) "
+            f"that a rerun then passed; it counts: {said}\n",
+        )
+        if session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if vault.unwritten and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -211,6 +222,14 @@ def pytest_terminal_summary(
             f"found: {shown(vault.options.export_found)}: {len(repaired)} find(s) repaired "
             "(text a corpus line cannot hold; see provenance.repaired): "
             + ", ".join(map(shown, repaired)),
+            yellow=True,
+        )
+    attempts = vault.store.attempts
+    if attempts:
+        terminalreporter.write_line(
+            f"reruns: {len(attempts)} test(s) ran more than once ({sum(attempts.values())} "
+            "attempts in all); each is one evaluation in every number, and a forbidden "
+            "transfer in any attempt is kept",
             yellow=True,
         )
     unstored = vault.unstored_answers()

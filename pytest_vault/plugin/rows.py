@@ -16,6 +16,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
+import pytest
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -29,7 +31,9 @@ def _names() -> tuple[str, ...]:
 
 
 class RowStore:
-    """One row per test (the last, if a test runs twice), keyed by node id."""
+    """One row per test, keyed by node id. A test run again (a rerun plugin) is one
+    evaluation, counted once: its last attempt's row, unless an earlier attempt made a
+    forbidden transfer, which no later attempt undoes (the first such row is kept)."""
 
     def __init__(self) -> None:
         self._names: tuple[str, ...] | None = None
@@ -42,6 +46,10 @@ class RowStore:
         # mostly one of a few hundred, made afresh for every row (and unpickled afresh
         # on the xdist controller), so sharing equal ones saved 33 MB at 87,420 rows.
         self._texts: dict[str, str] = {}
+        # Tests that ran more than once, how many times each ran in all, and whether the
+        # last attempt passed (their reports, as logged).
+        self.attempts: dict[str, int] = {}
+        self.passed_last: dict[str, bool] = {}
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -50,6 +58,12 @@ class RowStore:
         return self._names
 
     def add(self, key: str, row: Mapping[str, Any]) -> None:
+        before = self._at.get(key)
+        if before is not None:
+            self.attempts[key] = self.attempts.get(key, 1) + 1
+            violation = self.names.index("violation")
+            if self._values[before][violation] and not row.get("violation"):
+                return  # a forbidden transfer executed: a passing rerun does not undo it
         self._at[key] = len(self._values)
         texts = self._texts
         self._values.append(
@@ -100,10 +114,37 @@ class RowStore:
             values[at[i]] = tuple(old)
         self._table = None
 
+    def rerun_violations(self, strict: bool) -> list[str]:
+        """The tests run more than once whose kept row records a forbidden transfer that
+        fails the test (behind the guard, or any under `strict`): a rerun that passed
+        must not pass the run."""
+        names = self.names
+        violation, arch = names.index("violation"), names.index("architecture")
+        return [
+            key
+            for key in self.attempts
+            if self.passed_last.get(key)
+            and self._values[self._at[key]][violation]
+            and (strict or self._values[self._at[key]][arch] == "guarded")
+        ]
+
     def found(self) -> list[str]:
         """The adaptive finds' corpus lines, one per row that found."""
         at = len(self.names) - 1
         return [v[at] for v in self._last() if isinstance(v[at], str)]
+
+
+class LastAttempts:
+    """Whether each test run more than once (a rerun plugin) passed at its last attempt,
+    as its reports are logged; on the process that keeps the rows."""
+
+    def __init__(self, store: RowStore) -> None:
+        self.store = store
+
+    @pytest.hookimpl(trylast=True)  # after the xdist controller has added the row
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "call" and report.nodeid in self.store.attempts:
+            self.store.passed_last[report.nodeid] = report.passed
 
 
 class _Row(Mapping[str, Any]):
