@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
+from urllib.parse import quote
 
 from pytest_vault.core.text import shown
 
@@ -65,6 +66,13 @@ def sarif_log(
     }
 
 
+def uri(path: str) -> str:
+    """A relative path as the URI reference SARIF requires (RFC 3986): every byte but
+    unreserved characters and `/` percent-encoded, so `my cases #1.jsonl` is one file,
+    not `my cases ` and a fragment (a lone surrogate keeps its bytes, encoded)."""
+    return quote(path.encode("utf-8", "surrogatepass"), safe="/")
+
+
 def _rule(rule: Rule) -> dict[str, Any]:
     return {
         "id": rule.id,
@@ -83,7 +91,7 @@ def _result(finding: Finding, index: int) -> dict[str, Any]:
         "message": {"text": shown(finding.message)},
     }
     if finding.uri is not None:
-        location: dict[str, Any] = {"artifactLocation": {"uri": shown(finding.uri)}}
+        location: dict[str, Any] = {"artifactLocation": {"uri": uri(finding.uri)}}
         if finding.line is not None:
             location["region"] = {"startLine": max(1, finding.line)}
         out["locations"] = [{"physicalLocation": location}]
