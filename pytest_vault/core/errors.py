@@ -10,6 +10,8 @@ lines (a corpus file's bad lines); each is made safe on its own.
 from __future__ import annotations
 
 import difflib
+import errno
+import os
 import re
 from typing import TYPE_CHECKING, Annotated, Any, get_args, get_origin
 
@@ -36,6 +38,27 @@ def reason(error: OSError | ValueError) -> str:
     if isinstance(error, OSError) and error.strerror:
         return error.strerror
     return str(error)
+
+
+# What the system says of a path before any file is looked at: a name too long for the file
+# system, a file where the path needs a folder (`a/file.txt/x`), a loop of symbolic links.
+_UNREACHABLE = frozenset({errno.ENAMETOOLONG, errno.ENOTDIR, errno.ELOOP})
+
+
+def unreachable(path: str | os.PathLike[str]) -> str | None:
+    """Why nothing can be read or written at `path`, in the system's words ("File name
+    too long", "Not a directory", "Too many levels of symbolic links", a NUL in it), or
+    None. A path that merely does not exist yet, or that this process may not enter, is
+    None: those are for its reader or writer to say. The one check of every path the
+    plugin's options and the commands take, before `pathlib` (whose `exists` and
+    `is_dir` raise some of these and hide others) or `resolve` (a loop: RuntimeError)."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        return reason(exc) if exc.errno in _UNREACHABLE else None
+    except ValueError as exc:  # a NUL in the path
+        return reason(exc)
+    return None
 
 
 # A place in a document, as pydantic gives it: keys and list indices.

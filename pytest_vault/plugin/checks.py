@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_vault.core.errors import unreachable
 from pytest_vault.core.text import shown
+from pytest_vault.corpus.builtin import is_builtin
 from pytest_vault.models.specs import CONTROL_MODELS
 from pytest_vault.plugin.corpora import OWN_SUFFIX
 from pytest_vault.plugin.options import DEFAULT_CACHE, NOT_A_LIST, OPTIONS
@@ -54,7 +56,25 @@ def settle(config: pytest.Config) -> None:
             value = option.from_config(raw, where, folder)
             origins[option.key] = where
         setattr(config.option, option.key, value)
+    _reachable(config, origins)
     config.stash[SETTLED] = origins
+
+
+def _reachable(config: pytest.Config, origins: dict[str, str]) -> None:
+    """Every path an option names, from the command line or the config file, is one the
+    system can look at: a name too long, a path through a file (`a/file.txt/x`) or a loop
+    of links is one usage error naming the option, before anything reads it (a path that
+    does not exist yet is for its own check, `preflight`)."""
+    here = config.invocation_params.dir
+    for option in OPTIONS:
+        if not getattr(option.convert, "is_path", False):
+            continue
+        value = getattr(config.option, option.key)
+        for path in value if isinstance(value, list) else [] if value is None else [value]:
+            problem = None if is_builtin(path) else unreachable(here / path)
+            if problem is not None:
+                where = origins.get(option.key, option.flag)
+                raise pytest.UsageError(f"{where} {shown(path)}: {problem}")
 
 
 def only_informs(config: pytest.Config) -> bool:
@@ -258,11 +278,13 @@ def options_of(config: pytest.Config) -> Options:
             raise pytest.UsageError(
                 f"{prices}: no price for {', '.join(unpriced)} (needed by --vault-budget-usd)"
             )
-    cache = (
-        None
-        if get("vault_no_cache")
-        else Path(get("vault_cache") or config.rootpath / DEFAULT_CACHE).resolve()
-    )
+    cache = None
+    if not get("vault_no_cache"):
+        cache = Path(get("vault_cache") or config.rootpath / DEFAULT_CACHE)
+        problem = unreachable(cache)  # the default's too: `.vault-cache` a loop of links
+        if problem is not None:
+            raise pytest.UsageError(f"{origin(config, 'vault_cache')} {shown(cache)}: {problem}")
+        cache = cache.resolve()
     if cache is not None and cache.exists() and not cache.is_dir():
         # Else every test fails on its own, after the run has started.
         raise pytest.UsageError(f"--vault-cache {shown(str(cache))}: not a folder")

@@ -5,6 +5,7 @@ argparse and execnet can carry to an xdist worker (never a Path)."""
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
@@ -20,11 +21,33 @@ def _grouped(n: int) -> str:
     return f"{n:,}" if n >= 10_000 else str(n)  # 4096, but 10,000,000
 
 
+# A number option reads ASCII digits only: `int` and `float` also read any script's digits
+# ('\u0661', an Arabic-Indic one, is 1; so are the fullwidth and mathematical ones) and
+# underscores ('1_000'), which no one means in a setting and a reviewer would not read as
+# the number it runs with.
+_WHOLE = re.compile(r"[+-]?[0-9]+")
+_DECIMAL = re.compile(
+    r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?(?:inf|infinity|nan)",
+    re.IGNORECASE,  # inf and nan are read, to be refused as not finite
+)
+_SPACE = " \t\n\r\v\f"  # what `int` strips around a number, in ASCII
+
+
+def _digits(text: str, form: re.Pattern[str], expected: str) -> str:
+    """`text` without surrounding ASCII blanks, if it is a number in ASCII digits."""
+    digits = text.strip(_SPACE)
+    if form.fullmatch(digits) is None:
+        only = "" if text.isascii() and "_" not in text else " (digits 0-9 only)"
+        raise OptionError(f"{text!r}: expected {expected}{only}")
+    return digits
+
+
 def count(low: int, high: int) -> Callable[[str], int]:
     def convert(text: str) -> int:
+        digits = _digits(text, _WHOLE, "a whole number")
         try:
-            value = int(text)
-        except ValueError:
+            value = int(digits)
+        except ValueError:  # more digits than Python converts
             raise OptionError(f"{text!r}: expected a whole number") from None
         if not low <= value <= high:
             raise OptionError(f"{text!r}: must be from {low} to {_grouped(high)}")
@@ -38,10 +61,7 @@ def number(least: float, *, above: bool) -> Callable[[str], float]:
     (or inf) switch a cap off."""
 
     def convert(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise OptionError(f"{text!r}: expected a number") from None
+        value = float(_digits(text, _DECIMAL, "a number"))
         if not (math.isfinite(value) and (value > least if above else value >= least)):
             bound = "above" if above else "at least"
             raise OptionError(f"{value!r}: must be a finite number {bound} {least:g}")
@@ -113,9 +133,12 @@ def target(value: str) -> str:
     return value
 
 
+_NATURAL = re.compile("[0-9]{1,18}")  # `isdigit` is true of '\u0661' and '\u00b2' too
+
+
 def shard(value: str) -> tuple[int, int]:
     k, sep, n = value.partition("/")
-    if not (sep and k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)):
+    if not (sep and _NATURAL.fullmatch(k) and _NATURAL.fullmatch(n) and 1 <= int(k) <= int(n)):
         raise OptionError(f"{value!r}: expected K/N with 1 <= K <= N, e.g. 2/3")
     return int(k), int(n)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_vault.core.cli import quiet_on_closed_pipe, write_out
-from pytest_vault.core.errors import FileError, reason
+from pytest_vault.core.errors import FileError, reason, unreachable
 from pytest_vault.core.text import shown
 from pytest_vault.guard.__main__ import main as guard_main
 from pytest_vault.policy.verdict import code_change, collapsed, verdict
@@ -137,6 +137,15 @@ def _level_of(pairs: Sequence[Pair]) -> int | None:
     return level if type(level) is int and 1 <= level <= 5 else None
 
 
+def _whole(text: str) -> int:
+    """A whole number in ASCII digits: `int` also reads '\u0661' (Arabic-Indic) as 1."""
+    if not (text.isascii() and text.isdigit()):
+        import argparse
+
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {shown(repr(text))}")
+    return int(text)
+
+
 def _diff(argv: Sequence[str]) -> int:
     import argparse
 
@@ -165,13 +174,18 @@ def _diff(argv: Sequence[str]) -> int:
     )
     parser.add_argument(
         "--level",
-        type=int,
+        type=_whole,
         choices=range(1, 6),
         metavar="N",
         help="the level of two passport files' witness cases (default: the new "
         "passport's metadata.level)",
     )
     args = parser.parse_args(argv)
+    for given in (args.old, args.new):
+        problem = unreachable(given)
+        if problem is not None:
+            print(f"error: {shown(given)}: cannot read: {problem}", file=sys.stderr)
+            return 2
     try:
         pairs = load_pairs(args.old, args.new)
         changes = review_pairs(pairs)

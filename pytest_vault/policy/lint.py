@@ -16,12 +16,15 @@ is no finding: that is how the pack says a passport has no such rule.
 A rule of no effect or an over-broad one is a warning at its line, with a witness where
 one exists: a call the engine itself decides, showing it (a transfer within max_per_tx that
 the daily cap below it denies; a payee nobody listed that a "*" beside the names lets
-through; a recipient an entry written like a pattern does not cover).
+through; a recipient an entry written like a pattern does not cover). So are a payee
+that can pass for another (`look_alike`: mixed scripts, compatibility characters) and a
+capability's `max_amount` the guard never reads, unlike the `max_per_tx` it does.
 """
 
 from __future__ import annotations
 
 import json
+import unicodedata
 import warnings
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
@@ -30,7 +33,7 @@ from typing import Any, Literal, NamedTuple
 
 from pydantic import ValidationError
 
-from pytest_vault.core.errors import FileError, reason
+from pytest_vault.core.errors import FileError, reason, unreachable
 from pytest_vault.core.json import DocumentError, Lines, read_json, utf8
 from pytest_vault.core.text import shown
 from pytest_vault.guard.engine import (
@@ -174,6 +177,72 @@ class _Probe:
         return finding._replace(message=words, witness=data)
 
 
+# -- look-alike payees ------------------------------------------------------------------------
+#
+# The guard matches a recipient exactly, so an allowlist entry that looks like a payee but
+# is other text (`rent@\u0430port-vault.com`, its 'a' Cyrillic) permits whoever owns that
+# other address. An entry is flagged when NFKC would change it (fullwidth, mathematical or
+# other compatibility characters, a letter and its combining accent apart), or when its
+# letters and digits are not of one script in the sense of Unicode's "Highly Restrictive"
+# level (UTS #39, 5.2): one script, or Latin with Han, Hiragana and Katakana, with Han and
+# Bopomofo, or with Han and Hangul. ASCII letters are Latin, ASCII digits any script's.
+#
+# Python's `unicodedata` has no Script property: a character's script is the first word of
+# its Unicode name (`CYRILLIC SMALL LETTER A`), which is the script for the letters of
+# every script with a one-word name; scripts of two words that share a first word (Old
+# Italic, Old Persian) read as one, which only misses a mix of two such scripts. A payee
+# written wholly in one other script (an all-Cyrillic label) or with a Latin letter that
+# looks like another (U+0251 LATIN SMALL LETTER ALPHA for 'a') is not found: that needs
+# Unicode's confusables table.
+_HIGHLY_RESTRICTIVE = (
+    frozenset({"LATIN", "HAN", "HIRAGANA", "KATAKANA"}),
+    frozenset({"LATIN", "HAN", "BOPOMOFO"}),
+    frozenset({"LATIN", "HAN", "HANGUL"}),
+)
+
+
+def _script(char: str) -> str | None:
+    """The script of a letter or digit, by its name's first word; None for ASCII digits
+    and for what belongs to no one script (modifier letters, marks, punctuation)."""
+    if char.isascii():
+        return "LATIN" if char.isalpha() else None
+    if not char.isalnum() or unicodedata.category(char) == "Lm":
+        return None
+    word = unicodedata.name(char, "UNNAMED").split()[0]
+    return "HAN" if word == "CJK" else word
+
+
+def _named(char: str) -> str:
+    return f"U+{ord(char):04X} {unicodedata.name(char, 'UNNAMED')}"
+
+
+def look_alike(entry: str) -> str | None:
+    """Why `entry` can pass for another payee, in words; None when it cannot (above)."""
+    normal = unicodedata.normalize("NFKC", entry)
+    if normal != entry:
+        odd = next(
+            (
+                c
+                for c in entry
+                if unicodedata.normalize("NFKC", c) != c or unicodedata.category(c)[0] == "M"
+            ),
+            None,
+        )
+        which = "" if odd is None else f"; {_named(odd)}"
+        return f"it reads as {quoted(normal)} once normalized (NFKC{which})"
+    first: dict[str, str] = {}  # each script, and its first character
+    for char in entry:
+        script = _script(char)
+        if script is not None:
+            first.setdefault(script, char)
+    scripts = frozenset(first)
+    if len(scripts) <= 1 or any(scripts <= allowed for allowed in _HIGHLY_RESTRICTIVE):
+        return None
+    main, *others = first
+    rest = " and ".join(f"{s.title()} ({_named(first[s])})" for s in others)
+    return f"it mixes {main.title()} with {rest}"
+
+
 def _allowlist(file: str, entries: Sequence[str], probe: _Probe) -> list[Finding]:
     if not entries:
         words = (
@@ -208,6 +277,13 @@ def _allowlist(file: str, entries: Sequence[str], probe: _Probe) -> list[Finding
             if covered not in entries:
                 finding = probe.witness(finding, False, recipient=covered)
             out.append(finding)
+        elif (why := look_alike(entry)) is not None:
+            words = (
+                f"{quoted(entry)} can pass for another payee: {why}; the guard pays "
+                "exactly this text, whoever holds it"
+            )
+            finding = Finding(file, where, "warning", "look-alike-recipient", words)
+            out.append(probe.witness(finding, True, recipient=entry))
     return out
 
 
@@ -243,6 +319,50 @@ def _currencies(file: str, limits: ChargeLimits, probe: _Probe) -> list[Finding]
             )
             where += "/max_per_tx"
             out.append(Finding(file, where, "warning", "limit-never-binds", words))
+    return out
+
+
+def _capability_amounts(
+    file: str, passport: Passport, limits: ChargeLimits, probe: _Probe
+) -> list[Finding]:
+    """A `payments.charge` capability's `params.max_amount` against `max_per_tx` in its
+    `params.currency` (or the one currency the limits have): the guard reads the limits
+    only, never a capability's params, so a `max_amount` that differs misleads whoever
+    reads it. Above: transfers it seems to grant are denied. Below: it seems to cap what
+    the guard allows."""
+    out: list[Finding] = []
+    for index, capability in enumerate(passport.capabilities):
+        amount = capability.params.get("max_amount")
+        if capability.id != CHARGE or type(amount) is not int or amount < 0:
+            continue
+        named = capability.params.get("currency")
+        if named is None and len(limits.currency_limits) == 1:
+            named = next(iter(limits.currency_limits))
+        if not isinstance(named, str) or named not in limits.currency_limits:
+            continue
+        cur, cap = named, limits.currency_limits[named]
+        if amount == cap.max_per_tx:
+            continue
+        where = pointer("capabilities", index, "params", "max_amount")
+        stated = f"max_amount {money(amount, cur)}"
+        limit = f"{CHARGE} max_per_tx {money(cap.max_per_tx, cur)}"
+        if amount > cap.max_per_tx:
+            words = (
+                f"{stated} is above {limit}: the guard reads only max_per_tx, so a transfer "
+                f"over {money(cap.max_per_tx, cur)} is denied"
+            )
+            finding = Finding(file, where, "warning", "max-amount-above-limit", words)
+            if cur in MINOR_DIGITS:  # an amount within max_amount, over max_per_tx
+                finding = probe.witness(finding, False, currency=cur, minor=cap.max_per_tx + 1)
+        else:
+            words = (
+                f"{stated} is below {limit}: the guard never reads max_amount, so transfers "
+                f"up to {money(cap.max_per_tx, cur)} are allowed"
+            )
+            finding = Finding(file, where, "warning", "max-amount-not-enforced", words)
+            if cur in MINOR_DIGITS:  # an amount over max_amount, within max_per_tx
+                finding = probe.witness(finding, True, currency=cur, minor=amount + 1)
+        out.append(finding)
     return out
 
 
@@ -301,6 +421,7 @@ def _charge(file: str, passport: Passport, limits: ChargeLimits, now: datetime) 
     probe = _Probe(passport, now)
     out += _allowlist(file, limits.allowed_merchant_ids, probe)
     out += _currencies(file, limits, probe)
+    out += _capability_amounts(file, passport, limits, probe)
     out += _context_limits(file, limits)
     for index, category in enumerate(limits.blocked_categories):
         if category == TRANSFER_CATEGORY:
@@ -363,6 +484,11 @@ def lint_paths(paths: Iterable[str | Path], *, now: datetime | None = None) -> l
     now = now or datetime.now(UTC)
     out: list[Finding] = []
     for path in map(Path, paths):
+        problem = unreachable(path)  # else `is_dir` raises for a name too long
+        if problem is not None:
+            message = shown(f"{path}: cannot read: {problem}")
+            out.append(Finding(str(path), "", "error", "unloadable", message))
+            continue
         if not path.is_dir():
             out += lint_file(path, now=now)
             continue

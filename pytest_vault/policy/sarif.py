@@ -41,6 +41,15 @@ LINT_HELP = {
     "wildcard-beside-names": "A wildcard beside named recipients: the names add nothing, and "
     "the wildcard permits everyone.",
     "duplicate-recipient": "A recipient listed twice.",
+    "look-alike-recipient": "An allowlist entry that can pass for another payee: it mixes "
+    "scripts (a Cyrillic letter among Latin ones) or holds compatibility characters "
+    "(fullwidth, mathematical). The guard matches exactly, so it pays that other text.",
+    "max-amount-above-limit": "A capability's max_amount above the max_per_tx of its "
+    "currency: the guard reads only max_per_tx, so the larger transfers it seems to grant "
+    "are denied.",
+    "max-amount-not-enforced": "A capability's max_amount below the max_per_tx of its "
+    "currency: the guard never reads max_amount, so transfers above it are allowed up to "
+    "max_per_tx.",
     "no-currencies": "No currency limits: every charge is refused (currency unsupported).",
     "unknown-currency": "A currency code the engine does not know: its charges are refused.",
     "no-daily-cap": "No daily cap: transfers within the per-transfer limit add up without bound.",

@@ -15,7 +15,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from pytest_vault.core.errors import reason
+from pytest_vault.core.errors import reason, unreachable
 
 
 def _nearest(path: Path) -> Path:
@@ -29,6 +29,9 @@ def _nearest(path: Path) -> Path:
 def cannot_write(path: Path, *, folder: bool = False) -> str | None:
     """Why `path` (a file; with `folder`, a folder of files) cannot be written, in the
     system's words, or None. Nothing is created."""
+    problem = unreachable(path)  # a loop of links: else its nearest folder looks writable
+    if problem is not None:
+        return problem
     try:
         if path.exists() and path.is_dir() != folder:
             return os.strerror(errno.ENOTDIR if folder else errno.EISDIR)
@@ -54,6 +57,9 @@ def _read_only(where: Path) -> bool:
 def cannot_read(path: Path, *, folder: bool = False) -> str | None:
     """Why `path` (a file; with `folder`, a folder) cannot be read, or None."""
     kind = "folder" if folder else "file"
+    problem = unreachable(path)  # else "no such file" for a path through a file
+    if problem is not None:
+        return problem
     try:
         if not path.exists():
             return f"no such {kind}"

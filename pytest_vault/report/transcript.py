@@ -30,26 +30,32 @@ def command(ident: str, results: str = "RESULTS") -> str:
     return shlex.join(["vault-report", results, "--show", ident])
 
 
-def _matches(row: Mapping[str, Any], ident: str) -> bool:
-    """`ID` is an attack id, or `attack:model:track:architecture[:trial]` (a model's
-    spec may hold colons: the row's own parts are matched from both ends)."""
-    if row["attack_id"] == ident:
-        return True
-    tail = f":{row['track']}:{row['architecture']}"
-    for end in (tail, f"{tail}:{row['trial']}"):
-        if ident == f"{row['attack_id']}:{row['model']}{end}":
-            return True
-    return False
+def _names(row: Mapping[str, Any], ident: str) -> bool:
+    """Whether `ident` is the row's `attack:model:track:architecture[:trial]`: the row's
+    own parts joined, so an attack id or a model spec may hold colons."""
+    key = f"{row['attack_id']}:{row['model']}:{row['track']}:{row['architecture']}"
+    return ident in (key, f"{key}:{row['trial']}")
 
 
 def show(table: pa.Table, ident: str) -> tuple[str, int]:
-    """The text of the evaluations `ident` names, and the exit status (2: none)."""
-    ids = pc.unique(table["attack_id"]).to_pylist()
-    first = ident.partition(":")[0]
-    candidates = table.filter(pc.equal(table["attack_id"], first)) if first in ids else None
-    rows = [] if candidates is None else [r for r in candidates.to_pylist() if _matches(r, ident)]
+    """The text of the evaluations `ident` names, and the exit status (2: none).
+
+    `ident` is matched against the evaluations in the file, never split on ':' (a case id
+    may be `JIRA:PAY-1`, a model `openai:gpt-4o`): an attack id names every row of that
+    attack; else the rows whose `attack:model:track:architecture[:trial]` it is. An attack
+    id comes first, so every case can be shown by its id whatever its rows' joined parts
+    read."""
+    ids = [i for i in pc.unique(table["attack_id"]).to_pylist() if isinstance(i, str)]
+    # Only the attacks whose id starts the text can have a row it names; longest first.
+    heads = sorted((i for i in ids if ident.startswith(f"{i}:")), key=len, reverse=True)
+    if ident in ids:
+        rows = table.filter(pc.equal(table["attack_id"], ident)).to_pylist()
+    else:
+        candidates = table.filter(pc.is_in(table["attack_id"], pa.array(heads, pa.string())))
+        rows = [r for r in candidates.to_pylist() if _names(r, ident)]
     if not rows:
-        near = difflib.get_close_matches(first, [str(i) for i in ids], n=3, cutoff=0.5)
+        close = difflib.get_close_matches(ident, ids, n=3, cutoff=0.5)
+        near = list(dict.fromkeys(close + heads))[:3]
         hint = f"; nearest: {', '.join(shown(n) for n in near)}" if near else ""
         return f"vault-report: error: --show {shown(ident)}: no such evaluation{hint}\n", 2
     rows.sort(key=lambda r: tuple(str(r[k]) for k in KEY))

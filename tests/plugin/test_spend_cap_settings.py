@@ -126,11 +126,13 @@ def test_a_cache_folder_that_cannot_be_written_is_one_usage_error(
     cache = blocker / "cache"
     result = pytester.runpytest("--vault-model=openai:gpt-fake", f"--vault-cache={cache}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert errors(result) == [f"ERROR: --vault-cache {cache}: cannot write there: Not a directory"]
+    assert errors(result) == [f"ERROR: --vault-cache {cache}: Not a directory"]
     assert fake.requests == []
-    # The control models ask no provider: they use no cache, and need none.
+    # A path no folder can be at is a mistake in the settings whatever the run asks: the
+    # control models' runs, which use no cache, refuse it too (`checks._reachable`).
     result = pytester.runpytest(*REPLAY, f"--vault-cache={cache}")
-    assert result.ret == pytest.ExitCode.OK
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert errors(result) == [f"ERROR: --vault-cache {cache}: Not a directory"]
     # A folder the run can make is made, and holds nothing until an answer is stored; not
     # by --collect-only, which asks nothing.
     fresh = pytester.path / "new" / "cache"

@@ -428,6 +428,7 @@ def test_limits_that_can_never_bind_are_found_at_their_line(tmp_path: Path) -> N
         "USD": {"max_per_tx": 150000, "daily_cap": 100000},  # the daily cap binds first
         "EUR": {"max_per_tx": 20000, "daily_cap": 20000},  # as high: per-transfer never decides
     }
+    data["capabilities"][1]["params"]["max_amount"] = 150000  # as max_per_tx: no finding
     charge(data)["require_assurance_at_least"] = "L1"  # below the pack's L2
     found = lint_paths([write(tmp_path, data)], now=NOW)
     assert [(f.pointer, f.severity, f.code) for f in found] == [
