@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from decimal import ROUND_DOWN, Decimal
 from typing import TYPE_CHECKING, Protocol
 
+from pytest_vault.core.text import redact
 from pytest_vault.corpus.model import Case
 from pytest_vault.guard.engine import TRANSFER_TOOL, Unreadable, read_transfer
 from pytest_vault.guard.money import Money, told
@@ -400,13 +401,14 @@ def found_line_of(ev: Evaluation) -> str:
     from pytest_vault.corpus.export import found_line
 
     goal = goal_of(ev.case)
+    # An attacker model's texts, bound for a file the team may commit: no key leaves.
     return found_line(
         ev.case,
-        ev.sent,
+        [redact(text) for text in ev.sent],
         attacker=str(ev.attacker),
         model=ev.model,
         architecture=ev.architecture,
-        strategy=ev.attacker_strategy,
+        strategy=None if ev.attacker_strategy is None else redact(ev.attacker_strategy),
         # A line's goal is in dollars: one in another currency is left to the seed's call,
         # which the line keeps and from which the goal is found again (never converted).
         goal=None if goal is None or goal.currency != "USD" else (goal.recipient, goal.amount),

@@ -37,7 +37,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from pytest_vault.core.json import sha256
-from pytest_vault.core.text import json_text, shown
+from pytest_vault.core.text import json_text, redacted_json, shown
 from pytest_vault.core.toml import load_toml
 from pytest_vault.corpus.model import Case
 from pytest_vault.guard.engine import TRANSFER_TOOL, Unreadable, parse_json_object
@@ -158,8 +158,9 @@ class Verdict:
 
 
 def verdicts_json(verdicts: Mapping[str, Verdict]) -> str:
-    """The `judge_verdicts` column: judge spec -> verdict, keys sorted, exact UTF-8."""
-    return json_text({spec: verdicts[spec].to_dict() for spec in sorted(verdicts)})
+    """The `judge_verdicts` column: judge spec -> verdict, keys sorted, exact UTF-8, and
+    `redacted` (a rationale may quote the answer, and a key in it)."""
+    return redacted_json({spec: verdicts[spec].to_dict() for spec in sorted(verdicts)})
 
 
 _FENCE = re.compile(r"\A```(?:json)?[ \t]*\n(.*)\n```\Z", re.DOTALL)
