@@ -86,7 +86,20 @@ class Blocked(_Entry):
     decode: dict[str, str]
 
 
-Entry = Answer | Blocked
+class Stopped(_Entry):
+    """An answer the provider stopped (its output filter, or a cut at the token limit
+    before a tool call): no answer to score, but billed. Kept, with what it used, so
+    that it is paid for once and its error row replays; `stopped` is that error."""
+
+    key: str
+    stopped: Annotated[str, Field(min_length=1)]
+    usage: CachedUsage
+    decode: dict[str, str]
+
+
+Entry = Answer | Blocked | Stopped
+# How `fill` got an answer (see there).
+Got = Literal["asked", "cached", "waited"]
 _ENTRY: TypeAdapter[Entry] = TypeAdapter(Entry)
 
 
@@ -158,10 +171,12 @@ class ResponseCache:
 
     async def fill(
         self, key: str, ask: Callable[[], Awaitable[Entry]], poll: float = 0.02
-    ) -> tuple[Entry, bool]:
-        """The cached answer for `key` (and True), or `ask()`'s, stored (and False)."""
+    ) -> tuple[Entry, Got]:
+        """The answer for `key`, and how it was got: `ask()`'s, stored ("asked"); one
+        stored before ("cached"); or one another caller was asking meanwhile, waited
+        for ("waited")."""
         if (hit := self.get(key)) is not None:
-            return hit, True
+            return hit, "cached"
         where = self._path(key)
         where.parent.mkdir(parents=True, exist_ok=True)
         # One lock object per call, shared by no thread: two calls in one process exclude
@@ -174,16 +189,17 @@ class ResponseCache:
             except Timeout:  # another process is asking: wait for its answer
                 await asyncio.sleep(poll)
                 if (hit := self.get(key)) is not None:
-                    return hit, True
+                    return hit, "waited"
         try:
             if (hit := self.get(key)) is not None:
-                return hit, True
+                # Stored between the first look and the lock: by whoever held it.
+                return hit, "waited"
             answer = await ask()
             try:
                 self.put(answer)
             except OSError as exc:
                 # Never lose what was paid for: the answer stands, the failure is told.
                 raise Unstored(answer, f"cannot store {where}: {exc.strerror or exc}") from None
-            return answer, False
+            return answer, "asked"
         finally:
             lock.release()

@@ -13,10 +13,11 @@ import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from pytest_vault.core.text import shown
 from pytest_vault.harness.agent import Message, ModelRequest, tools_for, user_messages
+from pytest_vault.models.ratelimit import usd
 
 if TYPE_CHECKING:
     from pytest_vault.corpus.model import Case
@@ -42,8 +43,11 @@ METHOD = (
     "real-model attacker's own requests are one per round after the first",
     "first requests cached: distinct first requests of the evaluations that the response "
     "cache answers (valid entries only)",
-    "cost: min = the uncached first requests' input tokens est; max = every request at the "
-    "bound, at its user message's input estimate and max_tokens out (--vault-prices)",
+    "cost, of the answers the run would be billed for (as its last line counts them): min = "
+    "the uncached distinct first requests' input tokens est; max = every request at the "
+    "bound, at its user message's input estimate and max_tokens out, but a first request "
+    "several evaluations send billed once and one the cache answers not at all "
+    "(--vault-prices)",
 )
 
 
@@ -91,6 +95,15 @@ def tokens(body: dict[str, Any]) -> int:
     return math.ceil(len(text) / CHARS_PER_TOKEN)
 
 
+class _First(NamedTuple):
+    """A distinct first request: its input estimate, its max_tokens, and how many
+    evaluations send it."""
+
+    tokens: int
+    max_tokens: int
+    uses: int
+
+
 @dataclass
 class _Counts:
     evaluations: int = 0
@@ -125,8 +138,9 @@ def plan_run(
     steps = max(max_steps, 1)  # as evaluate() bounds each user message
     counts = {spec.text: _Counts() for spec in specs}
     asks = _Counts()  # the attacker's requests: one per round after the first
-    # Per provider spec: each distinct first request's key and input estimate.
-    firsts: dict[str, dict[str, int]] = {spec.text: {} for spec in specs}
+    # Per provider spec: each distinct first request's key, its input estimate and
+    # max_tokens, and how many evaluations send it (billed once: the rest reuse it).
+    firsts: dict[str, dict[str, _First]] = {spec.text: {} for spec in specs}
     # Bodies repeat across tracks and architectures: estimate each once.
     memo: dict[tuple[str, int, bool, tuple[str, ...], int], tuple[int, str | None]] = {}
     for item in planned:
@@ -161,7 +175,9 @@ def plan_run(
             c.input_est += estimate * times
             c.input_at_bound += estimate * steps * times
             if request_key is not None:
-                firsts[item.spec][request_key] = estimate
+                seen = firsts[item.spec].get(request_key)
+                uses = 1 if seen is None else seen.uses + 1
+                firsts[item.spec][request_key] = _First(estimate, level.max_tokens, uses)
     plans = [
         _plan(spec, counts[spec.text], providers.get(spec.text), firsts[spec.text], cache, prices)
         for spec in specs
@@ -231,7 +247,7 @@ def _plan(
     claimed: Spec,
     c: _Counts,
     model: ProviderModel | str | None,
-    firsts: dict[str, int],
+    firsts: dict[str, _First],
     cache: ResponseCache | None,
     prices: Mapping[str, Price],
 ) -> ModelPlan:
@@ -261,8 +277,14 @@ def _plan(
         note = "; ".join(filter(None, [note, "no price"]))
     else:
         # At least the first requests nobody has answered yet are paid for, their input.
-        low = price.cost(sum(t for key, t in firsts.items() if key not in hits), 0)
-        high = price.cost(c.input_at_bound, c.output)
+        low = price.cost(sum(f.tokens for key, f in firsts.items() if key not in hits), 0)
+        # A first request is billed once, by the first evaluation to send it, and not at
+        # all when the cache answers it: the others are at the bound, but cost nothing.
+        free = [(f.uses - (key not in hits), f) for key, f in firsts.items()]
+        high = price.cost(
+            c.input_at_bound - sum(n * f.tokens for n, f in free),
+            c.output - sum(n * f.max_tokens for n, f in free),
+        )
     return ModelPlan(
         spec,
         c.evaluations,
@@ -284,12 +306,6 @@ def _plan(
 
 def _number(value: int | None) -> str:
     return "unknown" if value is None else f"{value:,}"
-
-
-def usd(value: float | None) -> str:
-    if value is None:
-        return "no price"
-    return f"${value:,.2f}" if value >= 0.01 or value == 0 else f"${value:.2g}"
 
 
 def _cached(plan: ModelPlan) -> str:

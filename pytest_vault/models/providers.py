@@ -30,7 +30,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
-from typing import Annotated, Any, Protocol, TypeVar
+from typing import Annotated, Any, Generic, Protocol, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError
@@ -46,6 +46,7 @@ from pytest_vault.harness.agent import (
     ToolCall,
     Usage,
 )
+from pytest_vault.models.bill import BILL, Source
 from pytest_vault.models.cache import (
     Answer,
     Blocked,
@@ -53,11 +54,12 @@ from pytest_vault.models.cache import (
     CachedUsage,
     Entry,
     ResponseCache,
+    Stopped,
     Tokens,
     Unstored,
     cache_key,
 )
-from pytest_vault.models.ratelimit import RateLimiter, Spend
+from pytest_vault.models.ratelimit import RateLimiter, Spend, usd
 from pytest_vault.models.specs import BASE_URL_ENV, ProviderSpec, SpecError
 
 # Sampling settings each API has that the suite leaves at the provider's default.
@@ -611,13 +613,12 @@ class Retry:
 
 @dataclass
 class Stats:
-    """Live counters for progress lines (this process)."""
+    """Live counters for progress lines (this process). Tokens and money are the
+    ledger's (`Spend`)."""
 
     requests: int = 0
     cache_hits: int = 0
     retries: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
     # Answers paid for that the cache could not store, and one reason (the least, one line).
     unstored: int = 0
     unstored_reason: str | None = None
@@ -645,7 +646,7 @@ class ProviderModel:
         self.wire = wire
         self._cache, self._limiter, self._spend = cache, limiter, spend
         self._retry, self._stats, self._sleep = retry, stats, sleep
-        self._flight = SingleFlight()
+        self._flight = SingleFlight[tuple[Entry, Source]]()
         self.decode = Decode()
 
     def request_key(self, body: dict[str, Any], trial: int = 1) -> str:
@@ -663,30 +664,50 @@ class ProviderModel:
         return cache_key(what)
 
     async def respond(self, request: ModelRequest) -> ModelTurn:
+        bill = BILL.get()
+        if bill is not None and bill.model is not self:
+            bill = None  # a judge's or an attacker's answers: never the row's
+        if bill is not None:
+            bill.ours = True
         body = self.wire.body(request, self._model)
         key = self.request_key(body, request.trial)
         estimate = len(json.dumps(body, default=str)) // 4 + request.max_tokens
         # One answer per distinct request: evaluations that ask the same thing (the two
         # architectures' identical first step, say) share it, in this process through
-        # the single flight and across processes through the cache's lock.
-        answer = await self._flight.run(key, lambda: self._answer(body, key, estimate))
+        # the single flight and across processes through the cache's lock. The asking
+        # runs in the task of the evaluation that asked: billed there, reused by the rest.
+        (answer, source), led = await self._flight.run(
+            key, lambda: self._answer(body, key, estimate)
+        )
+        if not led:
+            source = "reused"
         self.decode.note(answer.decode)
+        if not isinstance(answer, Blocked):  # a refusal: no answer, nothing billed
+            used = answer.usage
+            if source != "billed":  # `_ask` counted the billed one as it arrived
+                self._spend.save(self.spec, used.input_tokens, used.output_tokens)
+            if bill is not None:
+                bill.note(source, used.input_tokens, used.output_tokens)
         return _turn(answer)
 
-    async def _answer(self, body: dict[str, Any], key: str, estimate: int) -> Entry:
+    async def _answer(self, body: dict[str, Any], key: str, estimate: int) -> tuple[Entry, Source]:
         if self._cache is None:
-            return await self._ask(body, key, estimate)
+            return await self._ask(body, key, estimate), "billed"
         try:
-            answer, hit = await self._cache.fill(key, lambda: self._ask(body, key, estimate))
+            answer, got = await self._cache.fill(key, lambda: self._ask(body, key, estimate))
         except Unstored as exc:
             stats = self._stats
             stats.unstored += 1
             # One reason for them all, whichever answer came first: the least.
             why = safe(str(exc))
             stats.unstored_reason = min(why, stats.unstored_reason or why)
-            return exc.entry
-        self._stats.cache_hits += hit
-        return answer
+            return exc.entry, "billed"
+        if got == "asked":
+            return answer, "billed"
+        self._stats.cache_hits += 1
+        # Waited for another process asking it now, or stored by this one earlier in the
+        # run: reused. Else an earlier run's (or, under xdist, another worker's): cached.
+        return answer, "reused" if got == "waited" or self._spend.asked(key) else "cached"
 
     async def _ask(self, body: dict[str, Any], key: str, estimate: int) -> Entry:
         try:
@@ -698,22 +719,29 @@ class ProviderModel:
             return Blocked(
                 key=key, input_blocked=True, error=error, decode=self.wire.settings(body)
             )
-        self._spend.add(self.spec, turn.usage.input_tokens, turn.usage.output_tokens)
-        self._stats.input_tokens += turn.usage.input_tokens
-        self._stats.output_tokens += turn.usage.output_tokens
-        if problem is not None:  # paid for and counted above, but no answer to score
-            raise ModelError(f"{self.wire.provider}: {problem}")
+        # Billed, whatever the answer: counted once, here, as it arrives (its key kept
+        # only where a later cache hit must tell this run's answers from earlier ones).
+        asked = key if self._cache is not None else ""
+        self._spend.add(self.spec, turn.usage.input_tokens, turn.usage.output_tokens, asked)
+        usage = CachedUsage(
+            input_tokens=turn.usage.input_tokens, output_tokens=turn.usage.output_tokens
+        )
+        decode = self.wire.settings(body)  # after the send: it learned what was refused
+        if problem is not None:
+            # No answer to score, but paid for: kept, so that it is never paid for twice
+            # and a rerun replays the same error row.
+            return Stopped(
+                key=key, stopped=f"{self.wire.provider}: {problem}", usage=usage, decode=decode
+            )
         return Answer(
             key=key,
             text=turn.text,
             tool_calls=[
                 CachedCall(id=c.id, name=c.name, arguments=c.arguments) for c in turn.tool_calls
             ],
-            usage=CachedUsage(
-                input_tokens=turn.usage.input_tokens, output_tokens=turn.usage.output_tokens
-            ),
+            usage=usage,
             latency_s=turn.latency_s,
-            decode=self.wire.settings(body),  # after the send: it learned what was refused
+            decode=decode,
         )
 
     async def _send(self, body: dict[str, Any], estimate: int) -> tuple[ModelTurn, str | None]:
@@ -722,7 +750,7 @@ class ProviderModel:
             # Before every try, retries included: others may have spent the rest meanwhile.
             if self._spend.exhausted:
                 raise NotRun(
-                    f"spend cap ${self._spend.cap_usd:g} reached before this evaluation finished"
+                    f"spend cap {usd(self._spend.cap_usd)} reached before this evaluation finished"
                 )
             # Every try, retries included, spends from the request and token budgets.
             await self._limiter.acquire(estimate)
@@ -774,16 +802,20 @@ def _safe(text: str, secrets: tuple[str, ...] = ()) -> str:
     return safe(text)
 
 
-class SingleFlight:
-    """Concurrent calls with one key share one result (and one exception)."""
+_R = TypeVar("_R")
+
+
+class SingleFlight(Generic[_R]):
+    """Concurrent calls with one key share one result (and one exception); each learns
+    whether it led (its call ran) or waited for another's."""
 
     def __init__(self) -> None:
-        self._flights: dict[str, asyncio.Future[Entry]] = {}
+        self._flights: dict[str, asyncio.Future[_R]] = {}
 
-    async def run(self, key: str, call: Callable[[], Awaitable[Entry]]) -> Entry:
+    async def run(self, key: str, call: Callable[[], Awaitable[_R]]) -> tuple[_R, bool]:
         flight = self._flights.get(key)
         if flight is not None:
-            return await asyncio.shield(flight)
+            return await asyncio.shield(flight), False
         flight = self._flights[key] = asyncio.get_running_loop().create_future()
         try:
             result = await call()
@@ -793,7 +825,7 @@ class SingleFlight:
             raise
         else:
             flight.set_result(result)
-            return result
+            return result, True
         finally:
             del self._flights[key]
 
@@ -801,6 +833,8 @@ class SingleFlight:
 def _turn(entry: Entry) -> ModelTurn:
     if isinstance(entry, Blocked):
         raise InputBlocked(entry.error)
+    if isinstance(entry, Stopped):
+        raise ModelError(entry.stopped)
     return ModelTurn(
         text=entry.text,
         tool_calls=tuple(ToolCall(c.id, c.name, c.arguments) for c in entry.tool_calls),

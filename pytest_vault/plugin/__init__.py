@@ -215,13 +215,11 @@ def pytest_runtest_makereport(
             # delivered every row it finished.
             "row": row,
             "status": row["status"],
-            "input_tokens": row["input_tokens"],
-            "output_tokens": row["output_tokens"],
             "in_flight": vault.in_flight,
             "requests": stats.requests,
             "retries": stats.retries,
-            "cache_hits": stats.cache_hits,
-            "spent_usd": vault.spend.spent_usd,
+            # The ledger: what was billed and saved (the progress line, the last line).
+            "spend": vault.spend.record(),
             "unstored": stats.unstored,
             "unstored_reason": stats.unstored_reason,
         }

@@ -51,6 +51,7 @@ class XdistHooks:
         if report.when == "call" and isinstance(info, dict) and is_controller(self.config):
             vault = self.config.stash[VAULT]
             vault.store.add(report.nodeid, info["row"])
+            vault.ledgers[worker_of(report)] = (info["spend"], False)  # its running ledger
             if info["unstored"]:  # a worker's running count: its latest report has it
                 vault.unstored[worker_of(report)] = (info["unstored"], info["unstored_reason"])
 
@@ -63,5 +64,7 @@ class XdistHooks:
         # Every worker collects (and plans) the same items: any one's count is the run's.
         vault.planned = vault.planned or output.get("planned", {})
         vault.planned_run = vault.planned_run or output.get("planned_run", {})
+        if "spend" in output:  # its last ledger
+            vault.ledgers[str(node.gateway.id)] = (output["spend"], True)
         if "sample" in output:  # a worker that crashed before the end reports nothing
             vault.worker_sample(output["sample"])

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_vault.models.cache import LOCK_SUFFIX, Answer, CachedUsage, Entry, ResponseCache
+from pytest_vault.models.cache import LOCK_SUFFIX, Answer, CachedUsage, Entry, Got, ResponseCache
 
 from ..fakeprovider import FakeProvider
 
@@ -99,13 +99,14 @@ def test_callers_waiting_on_one_key_share_one_answer(tmp_path: Path) -> None:
         await asyncio.sleep(0.05)  # long enough for every other caller to be waiting
         return answer(key)
 
-    async def go() -> list[tuple[Entry, bool]]:
+    async def go() -> list[tuple[Entry, Got]]:
         caches = [ResponseCache(tmp_path), ResponseCache(tmp_path)]
         return await asyncio.gather(*(caches[i % 2].fill(key, ask, poll=0.005) for i in range(6)))
 
     got = asyncio.run(go())
     assert asked == [key]
-    assert [hit for _, hit in got] == [False, True, True, True, True, True]
+    # Each waiter knows it waited for the one asking (an answer of this run, reused).
+    assert [how for _, how in got] == ["asked", *["waited"] * 5]
     assert [entry for entry, _ in got] == [answer(key)] * 6
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == [
         "responses",
@@ -125,11 +126,13 @@ def test_a_failed_ask_releases_the_lock(tmp_path: Path) -> None:
     async def works() -> Answer:
         return answer(key)
 
-    async def go() -> tuple[Entry, bool]:
+    async def go() -> tuple[Entry, Got]:
         with pytest.raises(RuntimeError, match="provider down"):
             await cache.fill(key, fails)
         # Nothing stored, nothing held: the next caller asks at once, never waits.
         return await asyncio.wait_for(cache.fill(key, works), timeout=5)
 
-    assert asyncio.run(go()) == (answer(key), False)
+    assert asyncio.run(go()) == (answer(key), "asked")
     assert cache.get(key) == answer(key)
+    # Stored before this caller looked: an earlier answer, cached.
+    assert asyncio.run(cache.fill(key, works)) == (answer(key), "cached")

@@ -70,9 +70,14 @@ def corpus(pytester: pytest.Pytester) -> Path:
     return pytester.makefile(".jsonl", attacks=LINES)
 
 
-def rows_of(pytester: pytest.Pytester, name: str) -> list[dict[str, Any]]:
+# What a row was billed for, and what it reused or read from the cache: a rerun's differ.
+BILLING = ("cost_usd", "answers_billed", "answers_reused", "answers_cached")
+
+
+def rows_of(pytester: pytest.Pytester, name: str, billing: bool = True) -> list[dict[str, Any]]:
     rows, _ = read_results(pytester.path / name)
-    return [{k: v for k, v in r.items() if k != "latency_s"} for r in rows]
+    left_out = {"latency_s"} | (set() if billing else set(BILLING))
+    return [{k: v for k, v in r.items() if k not in left_out} for r in rows]
 
 
 def verdict(row: dict[str, Any]) -> dict[str, Any]:
@@ -111,8 +116,16 @@ def test_judge_request_cache_and_spend_apart_from_the_agents(
             "cost_usd": judge_cost,
         }
         # The agent's columns hold the agent's tokens and cost alone.
-        assert r["cost_usd"] == (r["input_tokens"] * 3 + r["output_tokens"] * 15) / 1e6
         assert r["input_tokens"] != 1000
+        assert r["answers_billed"] + r["answers_reused"] == r["steps"]
+        assert r["answers_cached"] == 0
+    # Each agent answer billed once: the rows' costs add up to what the agent's server
+    # billed (its own token count, at $3 / $15 a million).
+    billed = [(len(json.dumps(q["body"]["messages"])) // 4, 12) for q in fake.requests]
+    assert sum(r["answers_billed"] for r in rows) == len(billed) == 5
+    assert sum(r["cost_usd"] for r in rows) == pytest.approx(
+        sum(i * 3 + o * 15 for i, o in billed) / 1e6, rel=1e-12
+    )
     _, meta = read_results(pytester.path / "a.parquet")
     assert meta["judges"] == [JUDGE]
     assert meta["judge_prompt"]["file"] == "judges.toml"
@@ -123,8 +136,9 @@ def test_judge_request_cache_and_spend_apart_from_the_agents(
     pytester.runpytest(
         *args, "--vault-cache=cache", "--vault-results=plain.parquet"
     ).assert_outcomes(passed=4)
-    plain = rows_of(pytester, "plain.parquet")
-    assert [{**r, "judge_verdicts": None} for r in rows] == plain
+    plain = rows_of(pytester, "plain.parquet", billing=False)
+    unbilled = rows_of(pytester, "a.parquet", billing=False)
+    assert [{**r, "judge_verdicts": None} for r in unbilled] == plain
 
     # The rerun asks nothing: the judge's answers come from the cache, rows identical.
     asked = len(fake.requests)
@@ -132,7 +146,13 @@ def test_judge_request_cache_and_spend_apart_from_the_agents(
         *args, f"--vault-judge={JUDGE}", "--vault-cache=cache", "--vault-results=b.parquet"
     ).assert_outcomes(passed=4)
     assert (len(judge_server.requests), len(fake.requests)) == (3, asked)
-    assert rows_of(pytester, "b.parquet") == rows
+    again = rows_of(pytester, "b.parquet")
+    assert [{k: v for k, v in r.items() if k not in BILLING} for r in again] == unbilled
+    # Every agent answer read from the cache: nothing billed, each row says so.
+    assert [(r["cost_usd"], r["answers_billed"], r["answers_reused"]) for r in again] == [
+        (0.0, 0, 0)
+    ] * 4
+    assert [r["answers_cached"] for r in again] == [r["steps"] for r in again]
 
 
 def test_an_unreadable_answer_is_recorded_unreadable(

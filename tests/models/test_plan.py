@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -238,11 +239,9 @@ def test_cost_range_from_the_price_table(fake: FakeProvider, tmp_path: Path) -> 
     price = Price(input_per_mtok=2.0, output_per_mtok=8.0)
     plan = plan_of(provider(), prices={SPEC: price})
     assert plan.input_tokens_at_bound is not None and plan.output_tokens_max is not None
-    assert plan.cost_usd_max == pytest.approx(
-        (plan.input_tokens_at_bound * 2.0 + plan.output_tokens_max * 8.0) / 1e6
-    )
     model = provider()
-    firsts = {}
+    firsts: dict[str, int] = {}
+    uses: Counter[str] = Counter()
     for item in ITEMS:
         level = LEVELS[item.case.level]
         first = user_messages(item.case, item.track)[:1]
@@ -259,8 +258,21 @@ def test_cost_range_from_the_price_table(fake: FakeProvider, tmp_path: Path) -> 
             "test-model",
         )
         firsts[model.request_key(body)] = tokens(body)
-    assert len(firsts) == 5
+        uses[model.request_key(body)] += 1
+    assert len(firsts) == 5 and sorted(uses.values()) == [2, 2, 2, 2, 4]
     assert plan.cost_usd_min == pytest.approx(sum(firsts.values()) * 2.0 / 1e6)
+    # Every request at the bound, but a first request sent by several evaluations billed
+    # once (as the run bills it): 7 of the 12 first requests cost nothing.
+    free_in = sum((uses[k] - 1) * t for k, t in firsts.items())
+    free_out = sum(uses.values()) - len(firsts)
+    assert free_out == 7
+    assert plan.cost_usd_max == pytest.approx(
+        (
+            (plan.input_tokens_at_bound - free_in) * 2.0
+            + (plan.output_tokens_max - free_out * 1024) * 8.0
+        )
+        / 1e6
+    )
     assert plan_of(provider(), prices={}).cost_usd_max is None
     assert plan_of(provider(), prices={}).note == "cache off; no price"
 

@@ -265,14 +265,15 @@ def test_the_spend_cap_is_checked_before_every_retry(fake: FakeProvider) -> None
     class OthersSpend(Sleeps):
         async def __call__(self, seconds: float) -> None:
             await super().__call__(seconds)
-            spend.spent_usd = 1.0  # other evaluations reached the cap during the wait
+            # Other evaluations reached the cap during the wait: $1 of answers billed.
+            spend.add("openai:test-model", 1_000_000, 0)
 
     fake.fail("500")
     r = run(model("openai", spend=spend, sleeps=OthersSpend()), case(ATTACK))
     assert (r["status"], r["requested"], r["error"]) == (
         "not_run",
         False,
-        "spend cap $1 reached before this evaluation finished",
+        "spend cap $1.00 reached before this evaluation finished",
     )
     assert len(fake.requests) == 1  # the 500; the retry was never sent
 

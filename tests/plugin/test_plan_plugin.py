@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from pytest_vault.models.ratelimit import usd
 from pytest_vault.report.results import read_results
 
 from ..conftest import KEYS
@@ -91,15 +92,29 @@ def test_the_plan_is_what_the_run_then_makes(
         assert len(mine) == p["evaluations"]
         # Model steps (requests before sharing): 2 for the track A message, 1 + 2 for B's.
         assert sum(r["steps"] for r in mine) == 12 * 2 * (2 + 3) <= p["requests_max"]
-        assert sum(r["cost_usd"] for r in mine) <= p["cost_usd_max"]
+        # What the run was billed for lies in the plan's range.
+        assert p["cost_usd_min"] <= sum(r["cost_usd"] for r in mine) <= p["cost_usd_max"]
         assert sum(r["output_tokens"] for r in mine) <= p["output_tokens_max"]
+
+    # The run's last line says what the rows add up to, both models together.
+    spent = usd(sum(r["cost_usd"] for r in rows))
+    assert any(ln.startswith(f"spent {spent} on 168 billed answers, ") for ln in run.outlines)
 
     again, _ = plan(pytester, *args)
     assert len(fake.requests) == 168  # the second plan asks nothing either
-    for p in again:
+    output_price = {"openai:gpt-fake": 8.0, "anthropic:claude-fake": 15.0}
+    for p, before in zip(again, first, strict=True):
         assert (p["first_requests"], p["cached_first_requests"]) == (24, 24)
         assert p["cost_usd_min"] == 0.0
-    same = ("evaluations", "requests_max", "input_tokens_est", "output_tokens_max", "cost_usd_max")
+        # The 24 first requests the cache now answers cost nothing: the bound drops by
+        # their input (the first plan's minimum) and their max_tokens out.
+        assert p["cost_usd_max"] == pytest.approx(
+            before["cost_usd_max"]
+            - before["cost_usd_min"]
+            - 24 * 1024 * output_price[p["model"]] / 1e6,
+            rel=1e-12,
+        )
+    same = ("evaluations", "requests_max", "input_tokens_est", "output_tokens_max")
     assert [{k: p[k] for k in same} for p in again] == [{k: p[k] for k in same} for p in first]
 
 

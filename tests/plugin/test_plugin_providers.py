@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from pytest_vault.models.ratelimit import usd
 from pytest_vault.report.results import read_results
 
 from ..conftest import KEYS
@@ -44,9 +45,24 @@ def corpus(pytester: pytest.Pytester) -> Path:
 COMMON = ("-p", "no:cacheprovider", "-p", "no:randomly", *MODELS)
 
 
+# Which row a shared answer was billed to, and which rows reused it or read it from the
+# cache, is a matter of which asked first: the totals are the run's, not the rows.
+BILLING = ("cost_usd", "answers_billed", "answers_reused", "answers_cached")
+
+
 def without_latency(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    # Latency is a measurement of the wall clock: the one column two runs cannot share.
-    return [{k: v for k, v in r.items() if k != "latency_s"} for r in rows]
+    # Latency is a measurement of the wall clock: the one column two runs cannot share;
+    # nor the billing columns (above).
+    return [{k: v for k, v in r.items() if k != "latency_s" and k not in BILLING} for r in rows]
+
+
+def answers(rows: list[dict[str, Any]]) -> tuple[int, int, int]:
+    """(billed, reused, cached) answers over the rows."""
+    return (
+        sum(r["answers_billed"] for r in rows),
+        sum(r["answers_reused"] for r in rows),
+        sum(r["answers_cached"] for r in rows),
+    )
 
 
 def test_concurrent_run_and_cached_rerun(
@@ -65,7 +81,17 @@ def test_concurrent_run_and_cached_rerun(
     rerun = pytester.runpytest(*COMMON, "--vault-cache=cache", "--vault-results=b.parquet")
     rerun.assert_outcomes(passed=96)
     assert len(fake.requests) == asked  # nothing asked twice
-    assert read_results(pytester.path / "a.parquet") == read_results(pytester.path / "b.parquet")
+    a, meta_a = read_results(pytester.path / "a.parquet")
+    b, meta_b = read_results(pytester.path / "b.parquet")
+    assert [{k: v for k, v in r.items() if k not in BILLING} for r in a] == [
+        {k: v for k, v in r.items() if k not in BILLING} for r in b
+    ]
+    assert meta_a == meta_b
+    # Each answer billed once, to one row; the rest reused it. The rerun read them all.
+    steps = sum(r["steps"] for r in a)
+    assert answers(a) == (asked, steps - asked, 0)
+    assert answers(b) == (0, 0, steps)
+    assert {r["cost_usd"] for r in a + b} == {None}  # no price table
 
 
 @pytest.mark.slow
@@ -85,6 +111,17 @@ def test_xdist_shares_the_work_without_asking_twice(
     a, meta_a = read_results(pytester.path / "a.parquet")
     b, meta_b = read_results(pytester.path / "b.parquet")
     assert without_latency(a) == without_latency(b) and meta_a == meta_b
+    # Each answer billed once whichever worker asked; a worker may read the other's
+    # answer from the cache, where a serial run reused its own.
+    steps = sum(r["steps"] for r in a)
+    billed, reused, cached = answers(b)
+    assert answers(a) == (asked, steps - asked, 0)
+    assert (billed, reused + cached) == (asked, steps - asked)
+    # The controller adds up the workers' ledgers: the serial run's last line.
+    [spent] = [ln for ln in serial.outlines if ln.startswith("spent ")]
+    assert spent.startswith(f"spent an unknown amount on {asked} billed answers, ")
+    assert f"(saved an unknown amount: {steps - asked} answers reused or cached)" in spent
+    assert [ln for ln in parallel.outlines if ln.startswith("spent ")] == [spent]
     assert meta_a["decode"]["anthropic:claude-fake"]["not_sent"] == ["temperature"]
     assert meta_a["decode"]["openai:gpt-fake"]["sent"] == ["max_tokens", "temperature"]
 
@@ -178,12 +215,22 @@ def test_spend_cap_skips_the_rest_as_not_run(
     outcomes = result.parseoutcomes()
     assert outcomes["skipped"] > 0 and outcomes["passed"] > 0 and outcomes.get("failed", 0) == 0
     assert outcomes["passed"] + outcomes["skipped"] == 96
-    result.stdout.fnmatch_lines(["*not run: spend cap $0.5 reached*"])
+    result.stdout.fnmatch_lines(["*not run: spend cap $0.50 reached*"])
     rows, _ = read_results(pytester.path / "out.parquet")
     assert sum(r["status"] == "not_run" for r in rows) == outcomes["skipped"]
     # What the server was asked, at $100 per million tokens (its own token count).
-    costs = [(len(json.dumps(q["body"]["messages"])) // 4 + 12) * 100 / 1e6 for q in fake.requests]
+    tokens_in = [len(json.dumps(q["body"]["messages"])) // 4 for q in fake.requests]
+    costs = [(t + 12) * 100 / 1e6 for t in tokens_in]
     assert sum(costs) >= 0.5 > sum(costs) - costs[-1]  # the last request was asked under the cap
+    # The cap stopped at the figure the run's last line says, and the rows add up to it.
+    assert sum(r["cost_usd"] for r in rows) == pytest.approx(sum(costs), rel=1e-12)
+    assert [ln for ln in result.outlines if ln.startswith("spent ")] == [
+        (
+            f"spent {usd(sum(costs))} of the $0.50 budget on {len(costs)} billed answers, "
+            f"{sum(tokens_in):,} tokens in / {12 * len(costs):,} out (saved $0.00: 0 answers "
+            "reused or cached)"
+        )
+    ]
 
 
 def test_budget_needs_prices(pytester: pytest.Pytester, fake: FakeProvider, corpus: Path) -> None:
@@ -195,8 +242,8 @@ def test_budget_needs_prices(pytester: pytest.Pytester, fake: FakeProvider, corp
 VERBOSITY = {"quiet": ["-q"], "default": [], "verbose": ["-v"]}
 PROGRESS = re.compile(
     r"vault: [0-9,]+ done \((?P<news>[0-9]+ errors, [0-9]+ not run)\), [0-9]+ in flight; "
-    r"(?P<more>[0-9,]+ requests, [0-9]+ retries, [0-9,]+ from cache; "
-    r"tokens [0-9,]+ in / [0-9,]+ out; spent \$[0-9.]+)"
+    r"(?P<more>[0-9,]+ requests, [0-9]+ retries; [0-9,]+ answers billed, [0-9,]+ reused or "
+    r"cached; tokens [0-9,]+ in / [0-9,]+ out; spent an unknown amount)"
 )
 
 
@@ -215,7 +262,8 @@ def test_a_progress_line_is_a_line_of_its_own_that_says_something_new(
     # Each says something the last did not (requests, tokens, ...), not just "done".
     news = [(m["news"], m["more"]) for m in matches if m]
     assert all(a != b for a, b in itertools.pairwise(news)), news
-    assert news[-1][1].startswith(f"{len(fake.requests)} requests, 0 retries, 0 from cache")
+    asked = len(fake.requests)
+    assert news[-1][1].startswith(f"{asked} requests, 0 retries; {asked} answers billed, ")
     # And pytest's own lines stay whole around them: every test's result is on one.
     if verbosity == ["-v"]:
         results = [ln for ln in result.outlines if ln.endswith("%]")]
