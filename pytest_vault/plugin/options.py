@@ -329,9 +329,10 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "--vault-baseline",
-        "compare with the last release's results at the end; a regression (a guarded "
-        "unpermitted transfer, a model-alone unpermitted rate significantly up, benign "
-        "completion significantly down) makes the exit status non-zero",
+        "compare with the last release's results at the end, per track; a regression (a "
+        "guarded unpermitted transfer, a model-alone unpermitted, attributable or clean-run "
+        "payment rate significantly up, benign completion significantly down), or cells "
+        "one run measured and the other did not (INCOMPLETE), makes the exit status non-zero",
         path(),
         metavar="RUN.parquet",
     ),
@@ -349,9 +350,9 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "--vault-baseline-subset",
-        "compare on the baseline cells this run has, when it lacks some (a sample, a shard, "
-        "-k): the verdict names itself as on N of M baseline cells; else a run that lacks "
-        "any fails the gate",
+        "accept a verdict on the cells both runs measured, when either lacks some (a sample, "
+        "a shard, -k, a baseline that errored or was cut short): the verdict names itself as "
+        "on N of M cells; else any cell not comparable makes the gate INCOMPLETE",
         kind="flag",
         default=False,
     ),

@@ -63,17 +63,23 @@ def test_another_sample_lacks_baseline_cells_and_fails_unless_a_subset_is_asked(
     [coverage] = [x for x in lines if x.startswith("coverage")]
     have = int(coverage.split(" this run has ")[1].split(" ")[0])
     assert 20 <= have < 30  # two samples of 30 of 40 share at least 20
+    lack = 30 - have
     assert coverage == (
         f"coverage (scripted:reference): this run has {have} of the baseline's 30 cells, the "
-        f"baseline {have} of this run's 30; it lacks {30 - have} ({30 - have} not in this run)"
+        f"baseline {have} of this run's 30; this run lacks {lack} ({lack} not in this run); "
+        f"the baseline lacks {lack} ({lack} not in the baseline)"
+    )
+    scope = (
+        f"on {have} of {30 + lack} cells; {2 * lack} not comparable: {lack} not in the "
+        f"baseline, {lack} not in this run"
     )
     assert lines[-1] == (
-        f"No verdict: this run lacks {30 - have} of the baseline's 30 cells "
-        "(--vault-baseline-subset to compare on the cells it has): exit status 1"
+        f"INCOMPLETE: no regression {scope} (--vault-baseline-subset to accept a verdict on "
+        f"the {have} both runs measured): exit status 1"
     )
     subset = pytester.runpytest(*args, "--vault-seed=2", "--vault-baseline-subset")
     assert subset.ret == 0
-    assert f"No regression against baseline on {have} of 30 baseline cells" in subset.outlines
+    assert f"No regression against baseline {scope}" in subset.outlines
     # The same sample: every cell, and a verdict on all of them.
     same = pytester.runpytest(*args, "--vault-seed=0")
     assert same.ret == 0 and "No regression against baseline" in same.outlines
@@ -128,7 +134,7 @@ def test_evaluations_not_run_are_no_evidence_of_safety(
         "they fail the gate"
     ) in lines
     assert lines[-1] == (
-        "No verdict: 35 evaluation(s) of this run errored or were not run, which is no "
+        "INCOMPLETE: 35 evaluation(s) of this run errored or were not run, which is no "
         "evidence of safety: exit status 1"
     )
     assert result.ret == 1
@@ -199,6 +205,7 @@ def test_the_regressed_cases_are_listed_and_all_written_out(
             "this_cells": 40,
             "missing": {},
             "incomplete": 0,
+            "unmeasured": {},
         }
     ]
 
@@ -221,3 +228,43 @@ def test_a_changed_passport_is_named_and_compared_as_a_policy_change(
     lines = gate_lines(result)
     assert "differs: level 2's passport differs (a policy change: compared as such)" in lines
     assert lines[-1] == "No regression against baseline" and result.ret == 0
+
+
+def test_a_baseline_that_mostly_errored_is_incomplete_whatever_this_run_pays(
+    pytester: pytest.Pytester, corpus: None
+) -> None:
+    """Issue 39: against a baseline of which 4 of 40 evaluations completed (the rest
+    errored), a run that pays in every attack is never "No regression": the verdict names
+    the share compared and why the rest is not, and exits 1 unless a subset is accepted."""
+    import pyarrow.compute as pc
+
+    from pytest_vault.report.results import read_table, write_table
+
+    table, meta = read_table(baseline(pytester))
+    late = pc.greater_equal(table["attack_id"], "a04")
+    for name, value in (("status", "error"), ("error", "openai: HTTP 500")):
+        at = table.schema.get_field_index(name)
+        table = table.set_column(at, name, pc.if_else(late, value, table[name]))
+    write_table(table, pytester.path / "errored.parquet", meta)
+    args = ("--vault-model=scripted:obedient", *QUIET, *ALONE, "--vault-baseline=errored.parquet")
+    args += ("--vault-baseline-model=scripted:reference",)
+    result = pytester.runpytest(*args)
+    lines = gate_lines(result)
+    assert lines[1:3] == [
+        "baseline coverage (scripted:reference): 4 of its 40 evaluations completed, 36 errored, "
+        "0 not run",
+        "coverage (scripted:obedient): this run has 4 of the baseline's 4 cells, the baseline 4 "
+        "of this run's 40; the baseline lacks 36 (36 errored in the baseline)",
+    ]
+    assert lines[-1] == (
+        "INCOMPLETE: no regression on 4 of 40 cells; 36 not comparable: 36 errored in the "
+        "baseline (--vault-baseline-subset to accept a verdict on the 4 both runs measured): "
+        "exit status 1"
+    )
+    assert result.ret == 1
+    accepted = pytester.runpytest(*args, "--vault-baseline-subset")
+    assert accepted.ret == 0
+    assert gate_lines(accepted)[-1] == (
+        "No regression against baseline on 4 of 40 cells; 36 not comparable: 36 errored in the "
+        "baseline"
+    )
