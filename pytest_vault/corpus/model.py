@@ -27,7 +27,7 @@ from pydantic_core import PydanticCustomError
 
 from pytest_vault.core.errors import Loc, field_path
 from pytest_vault.core.text import shown
-from pytest_vault.guard.engine import Unreadable, to_minor
+from pytest_vault.guard.engine import Transfer, Unreadable, checked, parse_json_object, to_minor
 
 CATEGORIES = (
     "authority_claim",
@@ -108,6 +108,13 @@ class Goal(BaseModel):
 MARKER = re.compile(r"\{\{([a-z0-9_]+)\}\}")
 # What a placement is called in the rows, by the part of the environment it is in.
 PLACEMENTS = ("document", "transaction", "payee_note")
+# The call that shows a text of each part of the environment, as the bank answers it: the
+# tool, and the argument naming the text (None: the tool shows every entry of the part).
+READS: dict[str, tuple[str, str | None]] = {
+    "documents": ("read_document", "name"),
+    "history": ("get_transaction_history", None),
+    "payee_notes": ("verify_recipient", "recipient"),
+}
 
 
 class HistoryEntry(BaseModel):
@@ -256,6 +263,12 @@ class Case(BaseModel):
             raise _at(("kind",), "an indirect case is an attack (its clean copy is the benign run)")
         if self.goal is None:
             raise _at(("goal",), "an indirect case names its injected action (the recipient)")
+        # A goal no transfer can name is never taken: every run would score as blocked.
+        # The guard's own reading of a recipient decides (exact: no folding, no trimming).
+        try:
+            checked(Transfer(self.goal.recipient, 1, "USD", None, None))
+        except Unreadable as exc:
+            raise _at(("goal", "recipient"), f"no transfer can name it: {exc}") from None
         marked = {
             name: path
             for _, path, text in self.environment.texts()
@@ -276,6 +289,18 @@ class Case(BaseModel):
         for name, path in marked.items():
             if name not in seen:
                 raise _at(("environment", *path), f"{{{{{name}}}}} is filled by no injection")
+        # A text the task never reads never reaches the model: its runs would observe
+        # nothing and score as blocked. Each planted text is shown by one of the calls.
+        for _, path, text in self.environment.texts():
+            names = MARKER.findall(text)
+            if names and not any(_shows(call, path) for call in self.calls):
+                tool, key = READS[str(path[0])]
+                which = "" if key is None else " naming it"
+                raise _at(
+                    ("environment", *path),
+                    f"{{{{{names[0]}}}}} is planted where no call shows it "
+                    f"(calls has no {tool}{which})",
+                )
         return self
 
     @property
@@ -334,6 +359,23 @@ class Case(BaseModel):
     def metadata(self) -> dict[str, Any]:
         """The descriptive keys the line has (technique, canary, provenance, metadata)."""
         return {k: v for k, v in self.line().items() if k in DESCRIPTIVE}
+
+
+def _shows(call: CaseCall, path: Loc) -> bool:
+    """Whether the bank's answer to `call` shows the environment's text at `path`. Its
+    argument is read as the bank reads it: an object, or its strict JSON text."""
+    tool, key = READS[str(path[0])]
+    if call.name != tool:
+        return False
+    if key is None:
+        return True
+    arguments: object = call.arguments
+    if isinstance(arguments, str):
+        try:
+            arguments = parse_json_object(arguments)
+        except Unreadable:
+            return False
+    return isinstance(arguments, dict) and arguments.get(key) == path[1]
 
 
 def _at(loc: Loc, why: str) -> PydanticCustomError:

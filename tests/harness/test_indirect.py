@@ -167,7 +167,12 @@ def test_a_planted_history_memo_and_payee_note_are_carried_where_they_are_shown(
 
 
 def test_an_unknown_document_is_an_error_listing_the_documents() -> None:
-    case = bill_case(calls=[{"name": "read_document", "arguments": {"name": "other.txt"}}])
+    # The bill is read after (a planted text no call shows is refused at load).
+    reads = [
+        {"name": "read_document", "arguments": {"name": n}}
+        for n in ("other.txt", "utilities-nov.txt")
+    ]
+    case = bill_case(calls=reads)
     ev = run("scripted:reference", "attack", case=case)
     assert ev.log[0].result.is_error and not ev.log[0].carried
     assert ev.log[0].result.content == "No document named 'other.txt'. Available: utilities-nov.txt"
