@@ -57,11 +57,13 @@ def worker_share(workerinput: dict[str, Any], nodeids: Sequence[str]) -> set[int
 
 def shares(nodeids: Sequence[str], ranks: Sequence[int], workers: int) -> dict[int, list[int]]:
     """The test indices each live rank is sent: its deal; the groups of a rank whose
-    worker never came up go round the live ones, each whole."""
+    worker is gone go round the replacements (ranks past the deal) first, else round the
+    live ones, each whole."""
     live = sorted(ranks)
+    spare = [r for r in live if r >= workers] or live
     out: dict[int, list[int]] = {r: [] for r in live}
     for index, worker in enumerate(deal(nodeids, workers)):
-        out[worker if worker in out else live[worker % len(live)]].append(index)
+        out[worker if worker in out else spare[worker % len(spare)]].append(index)
     return out
 
 
@@ -134,7 +136,11 @@ class ShareScheduling:
         raise NotImplementedError  # only work stealing takes tests back
 
     def remove_node(self, node: WorkerController) -> str | None:
-        """The test a crashed node was running; the rest of its share is left over."""
+        """The test a crashed node was running; the rest of its share is left over. A
+        node that dies before the deal is forgotten, its collection too: the deal waits for
+        its replacement and goes to the nodes alive, never to it."""
+        if self.collection is None:
+            self.collections.pop(node, None)
         pending = self.pending.pop(node)
         if not pending:
             return None

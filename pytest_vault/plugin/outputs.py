@@ -80,6 +80,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             "planned": vault.planned,
             "planned_run": vault.planned_run,
             "sample": vault.sample,
+            "spend": vault.spend.record(),
         }
         return
     if not asks(config):
@@ -90,6 +91,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         stream(config, "stderr", f"ERROR: {unheard}\n")
         session.exitstatus = pytest.ExitCode.USAGE_ERROR
         return
+    vault.stopped = stopped(session)
     # Every row is in (the workers' too): each attacked run meets its clean run.
     vault.store.attribute()
     # The gate first: its verdict is the reports' too.
@@ -160,6 +162,15 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+def stopped(session: pytest.Session) -> str | None:
+    """Why the run stopped before its end, in words (pytest's own for -x, --maxfail and a
+    plugin's stop); None: it ran to its end. Under xdist, the controller's."""
+    if session.exitstatus == pytest.ExitCode.INTERRUPTED:
+        return "interrupted (Ctrl-C or a signal)"
+    said = session.shouldfail or session.shouldstop
+    return str(said) if said else None
+
+
 def _write_gate(gate: Gate, vault: VaultSession, path: Path) -> None:
     """`--vault-baseline-out`: the gate as JSON, for the CI job's artifacts."""
     from pytest_vault.core.text import json_text
@@ -203,13 +214,22 @@ def pytest_terminal_summary(
         terminalreporter.write_line(
             f"Gate not run: {vault.gate_not_run} (exit status {EXIT_GATE_NOT_RUN})", red=True
         )
+    spent = vault.spent()
+    # What the run spent on real models, in one line (the ledger the cap stops at).
+    spend = None if spent is None else spent[0].line(whole=spent[1])
     if not vault.store:
+        if spend is not None:  # paid for, though no row came of it
+            terminalreporter.section("pytest-vault summary")
+            terminalreporter.write_line(spend)
         return
     from pytest_vault.report.summary import render
 
     terminalreporter.section("pytest-vault summary")
-    for line in render(vault.rows, sample=vault.sample, planned=sum(vault.planned.values())):
+    planned = sum(vault.planned.values())
+    for line in render(vault.rows, vault.sample, planned, vault.stopped):
         terminalreporter.write_line(line)
+    if spend is not None:
+        terminalreporter.write_line(spend)
     for label, option, path in (
         ("results", "--vault-results", vault.options.results),
         ("report", "--vault-report", vault.options.report),

@@ -58,17 +58,24 @@ class RowStore:
         return self._names
 
     def add(self, key: str, row: Mapping[str, Any]) -> None:
+        """Store a test's row; its `attempt` and `attempts` are this store's to number."""
+        names = self.names
+        attempts, attempt = names.index("attempts"), names.index("attempt")
         before = self._at.get(key)
+        n = 1
         if before is not None:
-            self.attempts[key] = self.attempts.get(key, 1) + 1
-            violation = self.names.index("violation")
-            if self._values[before][violation] and not row.get("violation"):
-                return  # a forbidden transfer executed: a passing rerun does not undo it
+            n = self.attempts[key] = self.attempts.get(key, 1) + 1
+            kept = self._values[before]
+            if kept[names.index("violation")]:
+                # A forbidden transfer executed: no later attempt undoes it (the first kept).
+                self._values[before] = (*kept[:attempts], n, *kept[attempts + 1 :])
+                self._table = None
+                return
         self._at[key] = len(self._values)
         texts = self._texts
-        self._values.append(
-            tuple(texts.setdefault(v, v) if type(v) is str else v for v in map(row.get, self.names))
-        )
+        values = [texts.setdefault(v, v) if type(v) is str else v for v in map(row.get, names)]
+        values[attempts] = values[attempt] = n
+        self._values.append(tuple(values))
         self._table = None
 
     def __len__(self) -> int:

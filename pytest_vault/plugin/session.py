@@ -72,6 +72,8 @@ class VaultSession:
     # `--vault-sample`: the sample's record (`SampleRecord`), None when the run is whole.
     # Under xdist the controller collects nothing: it takes the workers' (which agree).
     sample: dict[str, Any] | None = None
+    # Why the run stopped before its end (`outputs.stopped`); None: it ran to its end.
+    stopped: str | None = None
     _sample_reported: bool = False  # a worker's record arrived (controller)
     _providers: dict[str, ProviderModel] = field(default_factory=dict)
     _levels: dict[int, Level] | None = None
@@ -90,6 +92,9 @@ class VaultSession:
     _properties: dict[tuple[str, type, object], tuple[str, object]] = field(default_factory=dict)
     # Answers the cache could not store, per xdist worker (controller): count, a reason.
     unstored: dict[str, tuple[int, str | None]] = field(default_factory=dict)
+    # Each xdist worker's spend ledger (`Spend.record`), on the controller: its latest
+    # report's, then (True) the last, sent when it finished.
+    ledgers: dict[str, tuple[dict[str, Any], bool]] = field(default_factory=dict)
     # The baseline gate's verdict line, once it ran (the reports open with it).
     gate_verdict: str | None = None
     # Why a gate that was asked for did not run (the terminal says it; its exit status).
@@ -285,6 +290,17 @@ class VaultSession:
 
     # -- running ---------------------------------------------------------------------------
     async def _evaluate(self, job: Job) -> dict[str, Any]:
+        """The row; a provider model's answers priced as billed (`models/bill.py`)."""
+        from pytest_vault.models.bill import billing
+
+        model = None if self._agent(job.spec) is not None else self.model(job.spec)
+        with billing(model) as bill:
+            result = await self._evaluated(job)
+        if bill.ours:
+            result.update(bill.columns(self.spend, job.spec))
+        return result
+
+    async def _evaluated(self, job: Job) -> dict[str, Any]:
         from pytest_vault.harness.agent import evaluate
         from pytest_vault.harness.events import FOUND, row
         from pytest_vault.harness.yours import evaluate_agent, screen_maker
@@ -427,6 +443,20 @@ class VaultSession:
             # An agent thread still stuck in `reply` must not hold pytest's exit.
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
+
+    def spent(self) -> tuple[Spend, bool] | None:
+        """What the run spent on real models: this process's ledger, or on the xdist
+        controller the workers' added up; and whether that is all (a worker that ended
+        without sending its last spent at least what its latest report said). None:
+        nothing of ours ran (no ledger was made)."""
+        if not self.ledgers:
+            return None if self._spend is None else (self._spend, True)
+        from pytest_vault.models.ratelimit import Spend
+
+        total = Spend(self.spend.prices, self.options.budget_usd)
+        for record, _ in self.ledgers.values():
+            total.merge(record)
+        return total, all(final for _, final in self.ledgers.values())
 
     def unstored_answers(self) -> tuple[int, str] | None:
         """Answers paid for that no cache file holds (this process's and the workers'),

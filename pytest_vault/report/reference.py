@@ -96,6 +96,9 @@ COLUMN_MEANINGS = {
     "architecture": "`model`: calls execute as asked; `guarded`: the guard judges each first",
     "model": "the spec evaluated (`scripted:obedient`, `openai:gpt-4.1-mini`, `agent:...`)",
     "trial": "which of the evaluation's independent trials (`--vault-trials`), from 1",
+    "attempts": "how many times the test ran (a rerun plugin runs it again); 1 for most",
+    "attempt": "which of those runs the row records: the last, unless an earlier one made a "
+    "forbidden transfer, which no later run undoes (the first such run)",
     "guard": "the guard under test in guarded rows: `oap` for ours, else the team's spec",
     "requested": "event 1: a `transfer_funds` call was made (readable or not)",
     "paid": "event 2: a transfer executed successfully",
@@ -114,10 +117,23 @@ COLUMN_MEANINGS = {
     "input_blocked": "the provider refused the input before the model saw it",
     "steps": "model steps taken",
     "truncated": "a turn was cut at `--vault-max-steps`",
-    "input_tokens": "tokens sent (the agent's; judges keep their own)",
-    "output_tokens": "tokens received",
+    "input_tokens": "tokens sent in the model's answers this row used, billed, reused or "
+    "cached, an answer the provider stopped included (the agent's; judges keep their own)",
+    "output_tokens": "tokens received, counted as `input_tokens`",
     "latency_s": "seconds spent in the model's round trips",
-    "cost_usd": "from `--vault-prices`, else null",
+    "cost_usd": "what the provider billed for the answers this row asked for "
+    "(`answers_billed`), from `--vault-prices`, else null: an answer shared by several rows "
+    "is priced once, in the row whose request went to the provider, and a reused or cached "
+    "one costs 0 here; the rows' sum is what the run spent on the models under test",
+    "answers_billed": "the model's answers billed to this row: its request went to the "
+    "provider (an answer the provider stopped included); null for a model that is not one "
+    "of our providers' (a control, `agent:`, a plugin's)",
+    "answers_reused": "the model's answers this row reused at no cost: another evaluation "
+    "of the run asked the very same request (both architectures' first step, say) and is "
+    "billed for it; null as `answers_billed`",
+    "answers_cached": "the model's answers this row read from the response cache at no "
+    "cost: asked by an earlier run (or, under xdist, by another worker); null as "
+    "`answers_billed`",
     "tool_calls": "the call log: each call's tool, arguments as sent, decision, execution "
     "and result",
     "rounds": "adaptive rows: attacker messages sent, the first included",

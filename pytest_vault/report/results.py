@@ -309,6 +309,9 @@ class Metadata(BaseModel):
     attacker: AttackerRecord | None = None  # no adaptive track (and files before it)
     trials: Annotated[StrictInt, Field(ge=1)] = 1  # files before trials: one each
     gate: StrictStr | None = None  # the baseline gate's verdict line, when one ran
+    # Why the run stopped before its end (Ctrl-C or a signal, -x/--maxfail, a plugin's
+    # stop), in words; None: it ran to its end (and files before it).
+    stopped: StrictStr | None = None
 
     @field_validator("shard", mode="before")
     @classmethod

@@ -67,15 +67,16 @@ def test_maxfail_leaves_a_summary_and_a_verdict_that_say_incomplete(
     assert 0 < rows < PLANNED
     missing = PLANNED - rows
     assert (
-        f"INCOMPLETE: {missing} of the {PLANNED} planned evaluations have no row (the run was "
-        "cut short: interrupted, --maxfail, a timeout); no number here covers them"
+        f"INCOMPLETE: {missing} of the {PLANNED} planned evaluations have no row (the run "
+        "stopped: stopping after 1 failures); no number here covers them"
     ) in result.outlines
+    assert meta["stopped"] == "stopping after 1 failures"  # pytest's own words
     found = verdict(table, [meta])
     assert (found.missing, found.green) == (missing, False)
     assert found.sentence == (
         "INCOMPLETE: no forbidden transfer executed behind the guard in the evaluations that "
         f"ran, but 0 errored, 0 were not run and {missing} of the {PLANNED} planned have no "
-        "row (the run was cut short, or a shard is missing), which is no evidence of safety."
+        "row (the run stopped: stopping after 1 failures), which is no evidence of safety."
     )
     assert f"; planned, with no row: {missing}" in found.lines[-1]
 
@@ -95,3 +96,20 @@ def test_the_html_report_of_a_cut_run_opens_with_incomplete(pytester: pytest.Pyt
     page = Path(pytester.path / "r.html").read_text(encoding="utf-8")
     assert "INCOMPLETE: no forbidden transfer executed behind the guard" in page
     assert "SAFE:" not in page
+
+
+def test_a_gate_that_covered_less_than_asked_makes_the_verdict_incomplete(
+    pytester: pytest.Pytester,
+) -> None:
+    run(pytester)
+    table, meta = read_table(pytester.path / "r.parquet")
+    line = "INCOMPLETE: no regression on 4 of 12 cells; 8 not comparable: 8 errored in the baseline"
+    found = verdict(table, [meta], line)
+    assert (found.green, found.incomplete) == (False, True)
+    assert found.sentence == (
+        "INCOMPLETE: the baseline gate says: no regression on 4 of 12 cells; 8 not comparable: "
+        "8 errored in the baseline."
+    )
+    regressed = verdict(table, [meta], "Regression against baseline")
+    assert (regressed.green, regressed.incomplete) == (False, False)
+    assert regressed.sentence == "REGRESSION: the baseline gate says: Regression against baseline."

@@ -56,6 +56,8 @@ def test_a_rank_that_never_came_up_has_its_tests_go_round() -> None:
     assert shares(IDS, [0, 1], 2) == {0: [0, 1, 4, 5, 8], 1: [2, 3, 6, 7]}
     assert shares(IDS, [1], 2) == {1: list(range(9))}
     assert shares(IDS, [0, 2], 3) == {0: [0, 1, 6, 7], 2: [2, 3, 4, 5, 8]}
+    # gw0 died before the deal and gw2 replaced it: gw2 takes gw0's deal, whole.
+    assert shares(IDS, [1, 2], 2) == {1: [2, 3, 6, 7], 2: [0, 1, 4, 5, 8]}
 
 
 class Node:
@@ -127,6 +129,25 @@ def test_a_replacement_node_gets_a_crashed_nodes_leftovers() -> None:
     sched.schedule()
     assert (again.sent, again.shutting_down, sched.leftovers) == ([[4, 5, 8]], True, [])
     assert gw1.sent == [[2, 3, 6, 7]]
+
+
+def test_a_node_that_dies_before_the_deal_is_dealt_nothing() -> None:
+    # gw0 collects and dies while gw1 is still collecting (issue 39, point 5: xdist then
+    # asked the scheduler to send gw0 its share, and it raised KeyError: INTERNALERROR).
+    sched, _ = scheduler(2)
+    gw0, gw1, gw2 = Node(0, 2), Node(1, 2), Node(2, 2)
+    for node in (gw0, gw1):
+        sched.add_node(node)  # type: ignore[arg-type]
+    sched.add_node_collection(gw0, IDS)  # type: ignore[arg-type]
+    assert sched.remove_node(gw0) is None  # type: ignore[arg-type]
+    sched.add_node_collection(gw1, IDS)  # type: ignore[arg-type]
+    assert not sched.collection_is_completed  # the deal waits for the replacement
+    sched.add_node(gw2)  # type: ignore[arg-type]
+    sched.add_node_collection(gw2, IDS)  # type: ignore[arg-type]
+    assert sched.collection_is_completed
+    sched.schedule()
+    assert (gw0.sent, gw1.sent, gw2.sent) == ([], [[2, 3, 6, 7]], [[0, 1, 4, 5, 8]])
+    assert sched.nodes == [gw1, gw2]
 
 
 def test_nodes_that_collected_differently_run_nothing() -> None:

@@ -26,6 +26,8 @@ def row(**over: Any) -> dict[str, Any]:
         "architecture": "model",
         "model": "m",
         "trial": 1,
+        "attempts": 1,
+        "attempt": 1,
         "requested": False,
         "paid": False,
         "paid_allowlisted": False,

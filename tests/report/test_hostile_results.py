@@ -29,6 +29,9 @@ from pytest_vault.report.results import SCHEMA, write_results
 from .rows import V1_SCHEMA, row
 
 # A lone surrogate, an OSC title sequence (ESC ... BEL), a bidi override and HTML.
+# The rows hold an evaluation that errored: the verdict is INCOMPLETE, and vault-report
+# exits 1 once everything is written (issue 39).
+INCOMPLETE = 1
 HOSTILE = "a\ud800b\x1b]0;pwned\x07c\u202ed<script>alert(1)</script>"
 RAW = ("\ud800", "\x1b", "\x07", "\u202e")
 # How people see it: each character that is not printable as its backslash escape.
@@ -82,7 +85,7 @@ def _text_writer(run: Callable[[Path, Path], list[Path]]) -> Callable[[Path], st
 def _cli(*args: str) -> Callable[[Path, Path], list[Path]]:
     def run(results: Path, tmp: Path) -> list[Path]:
         argv = [a.replace("OUT", str(tmp / "out")) for a in args]
-        assert main([str(results), *argv]) == 0
+        assert main([str(results), *argv]) == INCOMPLETE
         out = tmp / "out"
         return sorted(out.iterdir()) if out.is_dir() else [out]
 
@@ -94,7 +97,7 @@ def _stdout(*args: str) -> Callable[[Path, pytest.CaptureFixture[bytes]], str]:
         results = tmp / "run.parquet"
         write_results(hostile_rows(), results, {"models": [MODEL]})
         capsysbinary.readouterr()
-        assert main([str(results), *args]) == 0
+        assert main([str(results), *args]) == INCOMPLETE
         return capsysbinary.readouterr().out.decode("utf-8")  # strict
 
     return write
@@ -185,7 +188,10 @@ def test_json_writer_is_exact_ascii(
     write_results(hostile_rows(), results, {"models": [MODEL]})
     capsysbinary.readouterr()
     out = tmp_path / "t.json"
-    assert main([str(results), "--format", "json", *(["--out", str(out)] * (where == "out"))]) == 0
+    assert (
+        main([str(results), "--format", "json", *(["--out", str(out)] * (where == "out"))])
+        == INCOMPLETE
+    )
     data = out.read_bytes() if where == "out" else capsysbinary.readouterr().out
     text = data.decode("ascii")
     for char in RAW:
@@ -210,7 +216,7 @@ def test_sarif_messages_and_properties_show_hostile_text_escaped(
     results = tmp_path / "run.parquet"
     write_results(hostile_rows(), results, {"models": [MODEL]})
     capsys.readouterr()
-    assert main([str(results), "--format", "sarif"]) == 0
+    assert main([str(results), "--format", "sarif"]) == INCOMPLETE
     [finding] = json.loads(capsys.readouterr().out)["runs"][0]["results"]
     message = finding["message"]["text"]
     assert not [char for char in RAW if char in message]
@@ -696,7 +702,8 @@ def test_every_table_is_a_function_of_the_set_of_rows(tmp_path: Path) -> None:
     ):
         out = tmp_path / f"{name}.json"
         argv = [*(str(tmp_path / f) for f in files), "--format", "json", "--out", str(out)]
-        assert main([*argv, "--resamples", "300"]) == 0
+        # About 3% of the rows errored: INCOMPLETE, exit 1, whatever the order or sharding.
+        assert main([*argv, "--resamples", "300"]) == INCOMPLETE
         outputs[name] = out.read_bytes()
     assert outputs["shuffled"] == outputs["whole"]
     assert outputs["shards"] == outputs["whole"]

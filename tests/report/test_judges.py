@@ -275,7 +275,9 @@ def test_tables_do_not_depend_on_the_order_of_the_rows() -> None:
 
 def test_json_keeps_kappa_to_more_than_four_decimals(tmp_path: Path, capsys: Any) -> None:
     write_results(rows(), tmp_path / "run.parquet", {})
-    assert main([str(tmp_path / "run.parquet"), "--format", "json", "--resamples", "20"]) == 0
+    assert (
+        main([str(tmp_path / "run.parquet"), "--format", "json", "--resamples", "20"]) == 1
+    )  # a11 errored: INCOMPLETE (issue 39)
     out = json.loads(capsys.readouterr().out)
     pooled = out["judge_agreement"][6]
     assert pooled["kappa"] == 6 / 13  # 0.46153846153846156, not 0.4615
@@ -297,7 +299,9 @@ def test_shards_merge_to_the_same_judges_tables(tmp_path: Path, capsys: Any) -> 
 def test_text_says_undefined(tmp_path: Path, capsys: Any) -> None:
     write_results(rows(), tmp_path / "run.parquet", {})
     # --wide: the table whole, one line a row (else cut to fit 100 columns).
-    assert main([str(tmp_path / "run.parquet"), "--resamples", "20", "--wide"]) == 0
+    assert (
+        main([str(tmp_path / "run.parquet"), "--resamples", "20", "--wide"]) == 1
+    )  # a11 errored: INCOMPLETE (issue 39)
     text = capsys.readouterr().out
     assert "Judges (audit only, never the outcome)" in text
     level3 = [
@@ -390,7 +394,7 @@ def test_judged_only_restricts_every_table(tmp_path: Path, capsys: Any) -> None:
     plan = {"planned": {"m|model|2|attack|A": 4, "m|guarded|2|attack|A": 2}}
     write_results(rows(), tmp_path / "run.parquet", plan)
     args = [str(tmp_path / "run.parquet"), "--format", "json", "--resamples", "20"]
-    assert main(args) == 0
+    assert main(args) == 1  # a11 errored: INCOMPLETE (issue 39)
     full = json.loads(capsys.readouterr().out)
     assert main([*args, "--judged-only"]) == 0
     captured = capsys.readouterr()
