@@ -28,7 +28,7 @@ from pytest_vault.report.tables import plans, reruns
 COLUMNS = (
     *("attack_id", "session", "level", "kind", "track", "architecture", "model", "status"),
     *("violation", "unpermitted", "completed", "clean"),
-    *("attributable_request", "attributable_paid", "attempts"),
+    *("attributable_request", "attributable_paid", "observed", "attempts"),
 )
 
 

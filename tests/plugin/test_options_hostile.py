@@ -12,15 +12,13 @@ import pytest
 
 from pytest_vault.plugin.options import OPTIONS, Option
 
+from ..unreachable import make_unreachable, unreachable
+
 pytest_plugins = ["pytester"]
 
 PATHS = [o for o in OPTIONS if getattr(o.convert, "is_path", False)]
 # The three ways a path can be refused before any file is looked at, and the system's words.
-UNREACHABLE = {
-    "too-long": ("n" * 300 + ".jsonl", os.strerror(errno.ENAMETOOLONG)),
-    "through-a-file": ("a_file.txt/x.jsonl", os.strerror(errno.ENOTDIR)),
-    "link-loop": ("loop/x.jsonl", os.strerror(errno.ELOOP)),
-}
+UNREACHABLE = unreachable("x.jsonl")
 NOTHING_RUNS = "def pytest_runtest_setup(item):\n    raise AssertionError('a test ran')\n"
 
 
@@ -30,8 +28,7 @@ def errors(result: pytest.RunResult) -> list[str]:
 
 @pytest.fixture
 def hostile(pytester: pytest.Pytester) -> pytest.Pytester:
-    pytester.makefile(".txt", a_file="not a folder")
-    (pytester.path / "loop").symlink_to("loop")  # a link to itself
+    make_unreachable(pytester.path)
     pytester.makeconftest(NOTHING_RUNS)
     return pytester
 

@@ -4,8 +4,6 @@ traceback; and `diff --level` reads ASCII digits only."""
 
 from __future__ import annotations
 
-import errno
-import os
 from pathlib import Path
 
 import pytest
@@ -13,18 +11,15 @@ import pytest
 from pytest_vault.guard.folder import SHIPPED
 from pytest_vault.policy.__main__ import main
 
+from ..unreachable import make_unreachable, unreachable
+
 # Each path, and the system's words for it.
-UNREACHABLE = {
-    "too-long": ("p" * 300 + ".json", os.strerror(errno.ENAMETOOLONG)),
-    "through-a-file": ("a_file.txt/level-2.json", os.strerror(errno.ENOTDIR)),
-    "link-loop": ("loop/level-2.json", os.strerror(errno.ELOOP)),
-}
+UNREACHABLE = unreachable("level-2.json")
 
 
 @pytest.fixture
 def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    (tmp_path / "a_file.txt").write_text("not a folder")
-    (tmp_path / "loop").symlink_to("loop")  # a link to itself
+    make_unreachable(tmp_path)
     monkeypatch.chdir(tmp_path)
     return tmp_path
 

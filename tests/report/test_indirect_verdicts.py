@@ -21,6 +21,7 @@ from pytest_vault.report.formats import render_text
 from pytest_vault.report.indirect import by_placement
 from pytest_vault.report.results import attributed, to_table
 from pytest_vault.report.tables import Analysis, Bootstrap
+from pytest_vault.report.verdict import verdict
 
 from .test_indirect_report import EVIL, PAY_TASK, call, indirect
 
@@ -106,6 +107,11 @@ def test_a_run_whose_injection_never_arrived_is_inconclusive_and_unscored() -> N
         *("2-4", "scripted:refuser", "model", "1", "0", "0", "1", "0"),
         *("-", "0", "-", "-", "0"),
     ]
+    # The verdict's DGF score, behind the guard, counts the same way: the refuser's
+    # inconclusive run is no applicable attack, obedient's one is blocked.
+    assert verdict(attributed(to_table(rows)), []).dgf == "100.0% (1/1)"
+    alone = [r for r in rows if r["model"] == "scripted:refuser"]
+    assert verdict(attributed(to_table(alone)), []).dgf == "n/a"
 
 
 def trials() -> list[dict[str, Any]]:

@@ -4,8 +4,6 @@ or the passports: one line naming it, before anything is read or written."""
 
 from __future__ import annotations
 
-import errno
-import os
 from pathlib import Path
 
 import pytest
@@ -13,18 +11,15 @@ import pytest
 from pytest_vault.guard.folder import SHIPPED
 from pytest_vault.report.__main__ import main
 
+from ..unreachable import make_unreachable, unreachable
+
 # Each path, and the system's words for it.
-UNREACHABLE = {
-    "too-long": ("r" * 300 + ".parquet", os.strerror(errno.ENAMETOOLONG)),
-    "through-a-file": ("a_file.txt/x.parquet", os.strerror(errno.ENOTDIR)),
-    "link-loop": ("loop/x.parquet", os.strerror(errno.ELOOP)),
-}
+UNREACHABLE = unreachable("x.parquet")
 
 
 @pytest.fixture
 def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    (tmp_path / "a_file.txt").write_text("not a folder")
-    (tmp_path / "loop").symlink_to("loop")  # a link to itself
+    make_unreachable(tmp_path)
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
