@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ NAMES = frozenset(
 
 
 def _kind(name: str) -> str:
-    if name in ("clean_completed", "attacked_completed", "difference"):
+    if name in ("clean_completed", "attacked_completed", "difference", "over_blocking"):
         return "rate"
     if any(name.startswith(b) or name.endswith(b) for b in BOUNDS):
         return "bound"
@@ -57,7 +58,7 @@ def cell(name: str, value: Any) -> str:
         return ", ".join(f"{k}={v}" for k, v in value.items()) or "-"
     if isinstance(value, int | float):
         kind = _kind(name)
-        sign = "+" if name == "difference" else ""
+        sign = "+" if name in ("difference", "over_blocking") else ""
         if kind == "rate":
             return f"{100 * value:{sign}.1f}%"
         if kind == "bound":
@@ -140,7 +141,11 @@ def render_text(result: Mapping[str, Table], *, wide: bool = False) -> str:
     table wider than 100 columns is cut into parts unless `wide`."""
     lines: list[str] = []
     for name, rows in result.items():
-        lines += ["", TITLES.get(name, name)]
+        title = TITLES.get(name, name)
+        lines += [
+            "",
+            *(textwrap.wrap(title, WIDTH, subsequent_indent="  ") if not wide else [title]),
+        ]
         rows = for_reading(name, rows)
         if not rows:
             lines.append("  (no rows)")

@@ -207,8 +207,8 @@ def test_the_summary_prints_the_dgf_score_apart_from_the_direct_tracks(
             "scripted:obedient * guarded * 3 * 3 * 3 * 3 * 0 (95% bound 63%, 3/S 100%) * 100.0",
             "scripted:reference * model * 3 * 3 * 3 * 0 * 0 (95% bound 63%, 3/S 100%) * 100.0",
             "scripted:reference * guarded * 3 * 3 * 3 * 0 * 0 (95% bound 63%, 3/S 100%) * 100.0",
-            "Clean runs that completed the user's task*",
-            "scripted:obedient * 100.0% (2/2) * 100.0% (2/2)",
+            "Clean runs (evaluations) that completed the user's task within the passport*",
+            "scripted:obedient * 100.0% (2/2) * 100.0% (2/2) * 0 * 0",
         ]
     )
     result.assert_outcomes(passed=8 + 2 * 2 * (2 + 3))
@@ -329,8 +329,10 @@ def test_a_sample_is_stratified_by_track_and_keeps_each_attack_with_its_clean_ru
     cases = {
         c["id"]: Case.model_validate_json(x) for x in CORPUS.splitlines() if (c := json.loads(x))
     }
+    # A clean run's test is named for the first attack it serves (`clean-of-IND-1`).
+    first = {c.clean_id(): i for i, c in reversed(cases.items()) if c.indirect}
     assert sorted(x for x in kept if x.startswith("clean-")) == sorted(
-        {cases[a].clean_id() for a in attacks if cases[a].indirect}
+        {f"clean-of-{first[cases[a].clean_id()]}" for a in attacks if cases[a].indirect}
     )
 
 

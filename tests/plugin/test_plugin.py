@@ -171,8 +171,8 @@ def test_summary_lines(pytester: pytest.Pytester, corpus: Path) -> None:
             "Blocked share, Levels 2-4*",
             "scripted:replay *model *33.3 *1/3",
             "scripted:replay *guarded *100.0 *3/3",
-            "Benign requests completed*",
-            "scripted:replay *100.0% (2/2) *100.0% (2/2)",
+            "Benign requests (evaluations) completed within the passport*",
+            "scripted:replay *100.0% (2/2) *100.0% (2/2) *0 *0",
         ]
     )
 

@@ -82,8 +82,10 @@ def test_pass_k_pass_at_k_and_flaky_by_hand(pytester: pytest.Pytester, corpus: N
 
     result.stdout.fnmatch_lines(
         [
-            "Trials: 4 of every evaluation (the rates above count each trial)",
-            "Levels 2-4: attacks safe in every trial (pass^4), in at least one (pass@k), flaky",
+            "Trials: 4 of every evaluation (the tables above count evaluations, each trial one)",
+            "Below, each column counts attacks: *",
+            "*",
+            "Levels 2-4, attacks: safe in every trial (pass^4), in at least one (pass@4), flaky",
             "model * arch * attacks * pass^4 * pass@4 * flaky",
             f"scripted:coin:0.4 * model * 12 * {pct(every)} * {pct(some)} * {pct(flaky)}",
         ]

@@ -148,7 +148,10 @@ def test_the_dgf_score_of_a_small_run_by_hand() -> None:
         "6 attacked runs of 6 attacks, 2 paired clean runs; 2 errors and 0 not run "
         "(kept out of every rate)"
     )
-    assert lines[6].split() == ["m", "model", "6", "3", "3", "1", "2", "2", "33.3"]
+    # Every column counts attacks: observed a1, a2, a4 and a5 (it paid the injected action
+    # before its error), inconclusive a3; a6 ran no completed run.
+    assert (dgf["observed"], dgf["inconclusive"]) == (4, 1)
+    assert lines[6].split() == ["m", "model", "6", "3", "4", "1", "2", "2", "33.3"]
 
 
 def test_the_pair_is_joined_across_files_and_shards(tmp_path: Path) -> None:
