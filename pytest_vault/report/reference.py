@@ -1,7 +1,8 @@
 """The documentation's generated reference: Markdown tables made from the definitions
 themselves (the case model, the results row, the guard's reason codes), so the docs
-cannot drift from the code. `docs/hooks.py` puts them into the pages at build time; the
-option table is `pytest_vault.plugin.options.reference()`.
+cannot drift from the code. `pytest_vault.plugin.docs` writes them into the pages (and the
+MkDocs hook renders them the same way); the option table is
+`pytest_vault.plugin.options.reference()`.
 
 Each table that needs words the definition does not carry (a column's meaning, a code's
 cause) keeps them here, keyed by name, and refuses to render when a name is missing or
