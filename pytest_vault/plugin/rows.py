@@ -90,6 +90,10 @@ class RowStore:
         """Every test's last row, as read-only mappings (no dict per row)."""
         return TableRows(self.names, self._last())
 
+    def keyed(self) -> Iterator[tuple[str, Mapping[str, Any]]]:
+        """Each test's node id with its last row (as `rows()` reads them)."""
+        return zip(self._at, self.rows(), strict=True)
+
     def results(self) -> pa.Table:
         """The rows as a results table, made once."""
         if self._table is None:

@@ -37,6 +37,7 @@ from pytest_vault.report.judges import UNDEFINED, for_people
 from pytest_vault.report.results import read_calls, read_transcript, scrubbed, to_table
 from pytest_vault.report.summary import sample_line
 from pytest_vault.report.tables import TITLES, Analysis, Table, merged_metadata
+from pytest_vault.report.through import cells, in_table, why
 from pytest_vault.report.transcript import command
 from pytest_vault.report.verdict import Verdict, verdict
 
@@ -51,10 +52,11 @@ ARCH = {"model": "model alone", "guarded": "guarded"}
 MODEL_ALONE, GUARDED = "#8da0cb", "#fc8d62"
 ATTACKED, CLEAN = "#e41a1c", "#4daf4a"
 
-# The failures shown: at most CAP per model x level x architecture x event (fewer, the
-# same for every cell, when that would pass TOTAL rows), and transcripts embedded until
-# about BUDGET characters: a 250,000-row run stays well under 10 MB. Each text of a
-# transcript is cut at TEXT characters; `vault-report --show` prints it whole.
+# The failures shown: a row per attack, at most CAP rows per track x level x model x
+# architecture x event and TOTAL evaluations in all, shared round-robin (`_share`); and
+# transcripts embedded until about BUDGET characters: a 250,000-row run stays well under
+# 10 MB. Each text of a transcript is cut at TEXT characters; `vault-report --show` prints
+# it whole.
 CAP, TOTAL, BUDGET, TEXT = 50, 2_000, 6_000_000, 4_000
 EVENTS = ("violation", "unpermitted", "error")
 # What the failures read of every failing row; the call logs and transcripts (the heavy
@@ -546,18 +548,38 @@ class Logged:
 
 
 @dataclass(frozen=True)
-class Failure:
+class Trial:
+    """One failing evaluation (one trial of an attack), as the page embeds it."""
+
     ident: str  # what `vault-report --show` takes
     command: str  # the command that prints it, quoted for the shell
-    values: dict[str, str]  # column -> text
-    classes: str  # the filters' classes: `x-model3 x-level1 ...`
-    ranks: str  # the sorts' order: `--model:3;--level:1;...`
     head: str
     error: str | None
     source: str | None
     messages: list[Said] | None
     unkept: str | None  # why the row shows no transcript
     calls: list[Logged]
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One row of the table: an attack's failing trials with one event in one cell, its
+    trials shown each in a `<details>` (a lone failing trial of a one-trial run inline)."""
+
+    ident: str  # what `vault-report --show` takes: the attack's every trial, or its one
+    command: str
+    values: dict[str, str]  # column -> text
+    classes: str  # the filters' classes: `x-model3 x-level1 ...`
+    ranks: str  # the sorts' order: `--model:3;--level:1;...`
+    head: str
+    source: str | None
+    trials: list[Trial]  # the failing trials shown, by trial number
+    failed: int  # its failing trials with this event
+    runs: int  # its trials in the file
+
+    @property
+    def inline(self) -> bool:
+        return self.runs == 1 and len(self.trials) == 1
 
 
 @dataclass(frozen=True)
@@ -568,11 +590,23 @@ class Dimension:
 
 
 @dataclass(frozen=True)
+class Rest:
+    """A cell with more failures than the page shows: how many, and the ids that print
+    the attacks left out (`vault-report --show ID`), the first few."""
+
+    cell: tuple[str, str, str, str, str]  # track, level, model, architecture, event
+    attacks: tuple[int, int]  # shown, all
+    evaluations: tuple[int, int]  # failing trials shown, all
+    ids: list[str]  # attack ids not shown, the first IDS
+    more: int  # attack ids not shown beyond them
+
+
+@dataclass(frozen=True)
 class Failures:
     total: Counter[str]
     shown: list[Failure]
-    cap: int
-    rest: list[tuple[str, str, str, str, int, int]]  # model, level, arch, event, shown, all
+    cap: int  # the most attacks shown of one cell
+    rest: list[Rest]
     dimensions: list[Dimension]
     sorts: list[tuple[str, str]]
     recorded: bool  # the file holds transcripts
@@ -582,6 +616,15 @@ class Failures:
         *(("attack", "attack id (corpus line)"), ("event", "event")),
         *(("reason", "reason codes"), ("amount", "amount")),
     )
+
+    @property
+    def trials(self) -> int:
+        return sum(len(f.trials) for f in self.shown)
+
+    @property
+    def hidden(self) -> int:
+        """The failing evaluations the page does not embed."""
+        return sum(self.total.values()) - self.trials
 
 
 def _event(r: Mapping[str, Any]) -> str:
@@ -684,16 +727,6 @@ def _messages(raw: str | None, ident: str) -> tuple[list[Said] | None, int]:
     return out, int(size * 1.4)
 
 
-def _cap(counts: Iterable[int], most: int, total: int) -> int:
-    """The largest cap up to `most`, the same for every cell, that keeps at most `total`
-    rows in all (at least 1)."""
-    counts = list(counts)
-    cap = most
-    while cap > 1 and sum(min(c, cap) for c in counts) > total:
-        cap -= 1
-    return cap
-
-
 def _rank(values: Sequence[Any]) -> list[int]:
     order = {v: i for i, v in enumerate(sorted(set(values)))}
     return [order[v] for v in values]
@@ -701,8 +734,8 @@ def _rank(values: Sequence[Any]) -> list[int]:
 
 def _failing(table: pa.Table) -> tuple[list[dict[str, Any]], bool]:
     """The failing rows (light columns, each with its event and its index in `table`),
-    sorted: violations, then unpermitted payments, then errors; and whether the file
-    holds transcripts for them."""
+    in a canonical order (the page is a function of the set of rows, never their order);
+    and whether the file holds transcripts for them."""
     mask = pc.or_(
         pc.or_(
             pc.and_(table["violation"], pc.equal(table["architecture"], "guarded")),
@@ -717,25 +750,86 @@ def _failing(table: pa.Table) -> tuple[list[dict[str, Any]], bool]:
     recorded = bool(valid[at].any())
     for i, r in zip(at.tolist(), rows, strict=True):
         r["event"], r["at"] = _event(r), i
-    rows.sort(
-        key=lambda r: (
-            EVENTS.index(r["event"]),
-            *(str(r[k]) for k in ("model", "level", "architecture", "track", "attack_id")),
-            r["trial"],
-        )
-    )
+    rows.sort(key=lambda r: (*(str(r[k]) for k in KEY), r["trial"], r["event"]))
     return rows, recorded
 
 
-def _cell_of(r: Mapping[str, Any]) -> tuple[str, int, str, str]:
-    return r["model"], r["level"], r["architecture"], r["event"]
+# An attack's evaluations: its trials share this key (`vault-report --show` takes it).
+KEY = ("attack_id", "model", "track", "architecture")
+# A cell of the fair share, and the order its dimensions are interleaved in: tracks
+# first, so that every track is reached before any gets a second row.
+CELL = ("track", "level", "model", "architecture", "event")
+IDS = 10  # the ids of left-out attacks a cell lists
 
 
-def _view(r: dict[str, Any], recorded: bool, room: int) -> tuple[Failure, int]:
-    """A failure as the page shows it, and the characters it takes: its transcript and
-    log whole when they fit in `room`, else its forbidden call alone. The row gets its
-    reason codes and amounts (`reasons`, `amounts`), which the filters and sorts read."""
-    ident = ":".join(str(r[k]) for k in ("attack_id", "model", "track", "architecture", "trial"))
+def _cell_of(r: Mapping[str, Any]) -> tuple[Any, ...]:
+    return tuple(EVENTS.index(r[k]) if k == "event" else r[k] for k in CELL)
+
+
+def _runs(table: pa.Table, rows: Sequence[Mapping[str, Any]]) -> Counter[tuple[str, ...]]:
+    """The trials in the file of each failing attack (passing trials included)."""
+    attacks = pa.array(sorted({r["attack_id"] for r in rows}), pa.string())
+    some = table.select(list(KEY)).filter(pc.is_in(table["attack_id"], attacks))
+    counted = some.group_by(list(KEY)).aggregate([([], "count_all")]).to_pylist()
+    return Counter({tuple(str(c[k]) for k in KEY): c["count_all"] for c in counted})
+
+
+def _interleaved(cells: Sequence[tuple[Any, ...]], depth: int = 0) -> list[tuple[Any, ...]]:
+    """Sorted cells in a round-robin order: the values of the first dimension in turn,
+    within each the next dimension's in turn, and so on; a round of the fair share that
+    the budget cuts short thus spreads over tracks, then levels, models, architectures."""
+    if len(cells) <= 1 or depth == len(CELL):
+        return list(cells)
+    groups: dict[Any, list[tuple[Any, ...]]] = {}
+    for c in cells:
+        groups.setdefault(c[depth], []).append(c)
+    parts = [_interleaved(g, depth + 1) for g in groups.values()]
+    return [p[i] for i in range(max(map(len, parts))) for p in parts if i < len(p)]
+
+
+@dataclass
+class _Attack:
+    """An attack's failing trials with one event in one cell (a row of the table)."""
+
+    cell: tuple[Any, ...]
+    rows: list[dict[str, Any]]  # by trial number
+    runs: int
+    shown: int = 0  # its trials embedded
+
+
+def _share(attacks: Sequence[_Attack], cap: int, total: int) -> tuple[list[_Attack], int]:
+    """The attacks shown and the most of one cell: round-robin over the cells in their
+    interleaved order, one attack of each a round, at most `cap` rounds and `total`
+    trials; then the trials past each shown attack's first, a round each, while `total`
+    lasts. Attacks before trials: every cell gets a row before any attack a second trial."""
+    cells: dict[tuple[Any, ...], list[_Attack]] = {}
+    for a in attacks:
+        cells.setdefault(a.cell, []).append(a)
+    order = _interleaved(sorted(cells))
+    shown: list[_Attack] = []
+    for turn in range(cap):
+        ready = [cells[c][turn] for c in order if turn < len(cells[c])]
+        if not ready or len(shown) == total:
+            break
+        shown += ready[: total - len(shown)]
+    for a in shown:
+        a.shown = 1
+    left = total - len(shown)
+    more = True
+    while left and more:
+        more = False
+        for a in shown:
+            if left and a.shown < len(a.rows):
+                a.shown, left, more = a.shown + 1, left - 1, True
+    most = Counter(a.cell for a in shown)
+    return shown, max(most.values(), default=0)
+
+
+def _view(r: dict[str, Any], recorded: bool, room: int) -> tuple[Trial, int]:
+    """A failing trial as the page shows it, and the characters it takes: its transcript
+    and log whole when they fit in `room`, else its forbidden call alone. The row gets
+    its reason codes and amounts (`reasons`, `amounts`), which the filters and sorts read."""
+    ident = ":".join(str(r[k]) for k in (*KEY, "trial"))
     calls, codes, amounts = _log(r, ident)
     messages, size = _messages(r["transcript"], ident)
     size += _size(calls)
@@ -750,76 +844,124 @@ def _view(r: dict[str, Any], recorded: bool, room: int) -> tuple[Failure, int]:
     elif messages is None and recorded:
         unkept = "No transcript was kept for this evaluation."
     r["reasons"], r["amounts"] = codes, amounts
+    return Trial(
+        ident, command(ident), _head(r), r["error"], r["source"], messages, unkept, calls
+    ), size
+
+
+def _head(r: Mapping[str, Any]) -> str:
+    arch = ARCH.get(r["architecture"], r["architecture"])
+    events = [e for e in ("unpermitted", "violation") if r[e]]
+    return (
+        f"{r['attack_id']} {r['model']} track {r['track']} {arch} trial {r['trial']} (level "
+        f"{r['level']}): {r['status']}" + (f"; {', '.join(events)}" if events else "")
+    )
+
+
+def _row(a: _Attack, trials: list[Trial]) -> tuple[Failure, dict[str, Any]]:
+    """The table's row of an attack, and the values its filters and sorts read: the
+    reason codes of its trials shown, the amounts of its first."""
+    r = dict(a.rows[0])
+    r["reasons"] = list(dict.fromkeys(c for t in a.rows[: a.shown] for c in t["reasons"]))
+    r["failed"] = len(a.rows)
+    inline = a.runs == 1 and a.shown == 1
+    key = ":".join(str(r[k]) for k in KEY)
+    ident = trials[0].ident if inline else key
     arch = ARCH.get(r["architecture"], r["architecture"])
     values = {
         **{k: str(r[k]) for k in ("model", "level", "track", "trial", "category", "event")},
         "architecture": arch,
         "attack": r["attack_id"],
-        "reason": ", ".join(codes) or "-",
-        "amount": ", ".join(Money(n, c).shown() for c, n in sorted(amounts.items())) or "-",
+        "reason": ", ".join(r["reasons"]) or "-",
+        "amount": ", ".join(Money(n, c).shown() for c, n in sorted(r["amounts"].items())) or "-",
     }
-    events = [e for e in ("unpermitted", "violation") if r[e]]
+    if not inline:
+        values["trial"] = f"{len(a.rows)} of {a.runs}"
     head = (
-        f"{r['attack_id']} {r['model']} track {r['track']} {arch} trial {r['trial']} (level "
-        f"{r['level']}): {r['status']}" + (f"; {', '.join(events)}" if events else "")
+        f"{r['attack_id']} {r['model']} track {r['track']} {arch} (level {r['level']}): "
+        f"{r['event']} in {len(a.rows)} of {a.runs} trial(s), {a.shown} shown"
     )
     view = Failure(
-        ident,
-        command(ident),
-        values,
-        "",
-        "",
-        head,
-        r["error"],
-        r["source"],
-        messages,
-        unkept,
-        calls,
+        ident, command(ident), values, "", "", head, r["source"], trials, len(a.rows), a.runs
     )
-    return view, size
+    return view, r
 
 
 def failures(table: pa.Table, cap: int = CAP, total: int = TOTAL, budget: int = BUDGET) -> Failures:
     """The evaluations a reader must see: a violation behind the guard, a payment to an
-    unpermitted recipient, an error; at most `cap` per model x level x architecture x
-    event, fewer per cell when that passes `total` rows, transcripts up to `budget`."""
+    unpermitted recipient, an error; a row per attack and event, shared fairly over the
+    cells (track x level x model x architecture x event, `_share`): at most `cap` rows a
+    cell and `total` trials embedded, transcripts up to `budget` characters."""
     rows, recorded = _failing(table)
-    cells = Counter(map(_cell_of, rows))
-    per = _cap(cells.values(), cap, total)
-    taken: Counter[tuple[str, int, str, str]] = Counter()
-    kept = []
+    runs = _runs(table, rows) if rows else Counter()
+    grouped: dict[tuple[Any, ...], _Attack] = {}
     for r in rows:
-        key = _cell_of(r)
-        taken[key] += 1
-        if taken[key] <= per:
-            kept.append(r)
-    rest = [
-        (m, str(level), ARCH.get(a, a), e, per, n)
-        for (m, level, a, e), n in sorted(cells.items(), key=lambda c: tuple(map(str, c[0])))
-        if n > per
-    ]
-    # The heavy columns of the rows shown alone.
-    heavy = table.select(list(HEAVY)).take(np.array([r["at"] for r in kept], np.int64))
-    views, used = [], 0
-    for r, more in zip(kept, heavy.to_pylist(), strict=True):
+        name = tuple(str(r[k]) for k in KEY)
+        a = grouped.setdefault((*name, r["event"]), _Attack(_cell_of(r), [], runs[name]))
+        a.rows.append(r)
+    shown, most = _share(list(grouped.values()), cap, total)
+    # The page's default order: events, then model, level, architecture, track, attack.
+    shown.sort(
+        key=lambda a: (
+            a.cell[CELL.index("event")],
+            *(str(a.rows[0][k]) for k in ("model", "level", "architecture", "track", "attack_id")),
+        )
+    )
+    # The heavy columns of the trials shown alone.
+    embedded = [r for a in shown for r in a.rows[: a.shown]]
+    heavy = table.select(list(HEAVY)).take(np.array([r["at"] for r in embedded], np.int64))
+    for r, more in zip(embedded, heavy.to_pylist(), strict=True):
         r.update(more)
-        view, size = _view(r, recorded, budget - used)
+    views, kept, used = [], [], 0
+    for a in shown:
+        trials = []
+        for r in a.rows[: a.shown]:
+            trial, size = _view(r, recorded, budget - used)
+            trials.append(trial)
+            used += size
+        view, r = _row(a, trials)
         views.append(view)
-        used += size
+        kept.append(r)
     dims = _dimensions(kept)
-    shown = [
+    listed = [
         replace(view, classes=classes, ranks=order)
         for view, (classes, order) in zip(views, _classes(kept, dims, _ranks(kept)), strict=True)
     ]
     return Failures(
         Counter(r["event"] for r in rows),
-        shown,
-        per,
-        rest,
+        listed,
+        most,
+        _rest(grouped.values()),
         [d for d in dims if d.options],
         list(SORTS),
         recorded,
     )
+
+
+def _rest(attacks: Iterable[_Attack]) -> list[Rest]:
+    """The cells with failures not shown, in the cells' sorted order."""
+    cells: dict[tuple[Any, ...], list[_Attack]] = {}
+    for a in attacks:
+        cells.setdefault(a.cell, []).append(a)
+    out = []
+    for key in sorted(cells):
+        some = cells[key]
+        seen = [a for a in some if a.shown]
+        trials = (sum(a.shown for a in some), sum(len(a.rows) for a in some))
+        if trials[0] == trials[1]:
+            continue
+        left = [str(a.rows[0]["attack_id"]) for a in some if not a.shown]
+        track, level, model, arch, event = key
+        out.append(
+            Rest(
+                (str(track), str(level), str(model), ARCH.get(arch, arch), EVENTS[event]),
+                (len(seen), len(some)),
+                trials,
+                left[:IDS],
+                max(0, len(left) - IDS),
+            )
+        )
+    return out
 
 
 # The filters: (key, title, a row's values for it). The sorts: (key, title).
@@ -861,7 +1003,7 @@ def _ranks(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[int]]:
         "level": [r["level"] for r in rows],
         "track": [r["track"] for r in rows],
         "arch": [r["architecture"] for r in rows],
-        "trial": [r["trial"] for r in rows],
+        "trial": [(r["failed"], r["trial"]) for r in rows],
         "category": [r["category"] for r in rows],
         "attack": [r["attack_id"] for r in rows],
         "event": [EVENTS.index(r["event"]) for r in rows],
@@ -920,6 +1062,36 @@ def _environment() -> Environment:
     )
     env.filters["wbr"] = wbr
     return env
+
+
+def _through(table: pa.Table) -> dict[str, Any] | None:
+    """What got through, as the terminal summary ends with it: per model and architecture,
+    the first evaluations, what each paid and why the passport forbids it, and the
+    command that shows it."""
+    found = in_table(table)
+    if not found:
+        return None
+    entries = [
+        {
+            "model": c.model,
+            "said": c.said,
+            "count": len(c.shown) + c.more,
+            "more": c.more,
+            "shown": [
+                {
+                    "ident": t.ident,
+                    "command": command(t.ident),
+                    "paid": [
+                        {"money": p.money, "to": p.recipient, "why": why(p), "injected": p.injected}
+                        for p in t.paid
+                    ],
+                }
+                for t in c.shown
+            ],
+        }
+        for c in cells(found)
+    ]
+    return {"total": len(found), "cells": entries}
 
 
 def _facts(v: Verdict) -> list[tuple[str, str]]:
@@ -982,6 +1154,7 @@ def render(
         "sample": sample_line(record) if record else None,
         "note": note or None,
         "failures": None if table is None else failures(table),
+        "through": None if table is None else _through(table),
         "charts": figures(result),
         "tables": [html_table(name, rows) for name, rows in for_people(result).items()],
         "transfers": html_table(

@@ -120,7 +120,7 @@ class Shown:
 def listed(page: Node) -> list[Shown]:
     out = []
     for d in _failures(page):
-        summary = d.one("summary")
+        [summary] = [k for k in d.kids() if k.tag == "summary"]  # its trials have their own
         cells = [words(s.text) for s in summary.kids()]
         tx = d.one("div", "tx")
         out.append(Shown(d.attrs["data-id"], cells, words(tx.text), d))
@@ -279,13 +279,19 @@ def test_the_failures_keep_a_bound_per_cell_and_count_the_rest(tmp_path: Path) -
     ids = [s.ident.split(":")[0] for s in listed(page)]
     assert ids == ["d"] + [f"a{i:02d}" for i in range(50)] + ["b0", "b1", "c"]
     [rest] = [d for d in page.all("details", "rest")]
+    # Each cell with more: its attacks and evaluations shown and in all, and the ids of
+    # the attacks left out, which `vault-report --show` prints.
     assert [[words(td.text) for td in tr.all("td")] for tr in rest.all("tr")][1:] == [
-        ["m", "2", "model alone", "unpermitted", "50", "53"]
+        ["A", "2", "m", "model alone", "unpermitted", "50", "53", "50", "53", "a50 a51 a52"]
     ]
-    # At most TOTAL rows: the same smaller cap in every cell (53, 2, 1, 1 in 10: 6).
+    # At most TOTAL rows, shared round-robin: a row of each cell (d, b0, a00, c), then a
+    # second (a01, b1), then the one cell with more (53, 2, 1, 1 in 10: 6, 2, 1, 1).
     few = failures(to_table(data), total=10)
     assert (few.cap, len(few.shown), sum(few.total.values())) == (6, 10, 57)
-    assert [(r[1], r[4], r[5]) for r in few.rest] == [("2", 6, 53)]
+    assert [(r.cell[1], r.attacks, r.evaluations) for r in few.rest] == [("2", (6, 53), (6, 53))]
+    assert [f.ident.split(":")[0] for f in few.shown] == [
+        *("d", "a00", "a01", "a02", "a03", "a04", "a05", "b0", "b1", "c")
+    ]
 
 
 def test_a_file_without_transcripts_gives_the_whole_report_and_says_so_once(
@@ -441,24 +447,24 @@ def test_transcripts_beyond_the_budget_or_too_long_are_cut(tmp_path: Path) -> No
             for i in range(3)
         ]
     )
-    every = failures(table)
-    assert [f.unkept for f in every.shown] == [None] * 3
-    assert [len(f.calls) for f in every.shown] == [2] * 3
-    first = every.shown[0].messages
+    every = [t for f in failures(table).shown for t in f.trials]
+    assert [f.unkept for f in every] == [None] * 3
+    assert [len(f.calls) for f in every] == [2] * 3
+    first = every[0].messages
     assert first is not None
     assert first[0].lines == [
         f"{'x' * TEXT} … (7 more characters: vault-report RESULTS --show a0:m:A:model:1)"
     ]
     # A budget for about one row: the others keep their forbidden call, briefly, and say
     # how to print the rest.
-    some = failures(table, budget=int(TEXT * 1.5) + 2_000)
-    assert [f.messages is None for f in some.shown] == [False, True, True]
-    assert [len(f.calls) for f in some.shown] == [2, 1, 1]
-    assert some.shown[2].unkept == (
+    some = [t for f in failures(table, budget=int(TEXT * 1.5) + 2_000).shown for t in f.trials]
+    assert [f.messages is None for f in some] == [False, True, True]
+    assert [len(f.calls) for f in some] == [2, 1, 1]
+    assert some[2].unkept == (
         "Transcript and calls not embedded: the page keeps its size bounded. "
         "vault-report RESULTS --show a2:m:A:model:1 prints them."
     )
-    [brief] = some.shown[2].calls
+    [brief] = some[2].calls
     arguments = json.dumps({"recipient": "x@evil.test", "memo": memo})
     assert (brief.forbidden, brief.answer, brief.decision) == (True, [], None)
     assert brief.arguments == (
