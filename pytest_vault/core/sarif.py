@@ -37,6 +37,9 @@ class Finding:
     uri: str | None = None  # the file, relative to the repository's root
     line: int | None = None  # from 1
     properties: Mapping[str, Any] | None = None
+    # What the finding is about when no file of the repository holds it (a case of the
+    # corpus shipped in the package): a logical location's fully qualified name.
+    logical: str | None = None
 
 
 def sarif_log(
@@ -90,11 +93,16 @@ def _result(finding: Finding, index: int) -> dict[str, Any]:
         "level": finding.level,
         "message": {"text": shown(finding.message)},
     }
+    location: dict[str, Any] = {}
     if finding.uri is not None:
-        location: dict[str, Any] = {"artifactLocation": {"uri": uri(finding.uri)}}
+        physical: dict[str, Any] = {"artifactLocation": {"uri": uri(finding.uri)}}
         if finding.line is not None:
-            location["region"] = {"startLine": max(1, finding.line)}
-        out["locations"] = [{"physicalLocation": location}]
+            physical["region"] = {"startLine": max(1, finding.line)}
+        location["physicalLocation"] = physical
+    if finding.logical is not None:
+        location["logicalLocations"] = [{"fullyQualifiedName": shown(finding.logical)}]
+    if location:
+        out["locations"] = [location]
     if finding.properties:
         # Viewers show these too: text as the message has it, numbers as they are.
         out["properties"] = {

@@ -30,7 +30,6 @@ from pytest_vault.plugin.outputs import (
     pytest_terminal_summary,
 )
 from pytest_vault.plugin.plan import (
-    planned,
     pytest_configure_plan_output,
     pytest_runtestloop_plan,
     without_workers,
@@ -125,8 +124,10 @@ def pytest_make_collect_report(
     if vault.corpora.builtin and isinstance(collector, pytest.Session) and report.passed:
         from pytest_vault.corpus.builtin import nodeid
         from pytest_vault.plugin.collect import CorpusFile
+        from pytest_vault.plugin.corpora import last_failed
 
         vault.collected = True
+        last_failed(collector.config, vault.corpora.builtin)
         for path in vault.corpora.builtin:
             report.result.append(CorpusFile.from_parent(collector, path=path, nodeid=nodeid(path)))
     return report
@@ -144,7 +145,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             raise pytest.UsageError(unheard)
     if not vault.collected and shard is None:
         return  # nothing of ours: the run stays exactly the user's (and imports nothing)
-    from pytest_vault.plugin.collect import apply_sample, group_key
+    from pytest_vault.plugin.collect import apply_sample, group_key, planned
 
     if config.getoption("vault_decisions"):
         from pytest_vault.plugin.decisions import deselect_levels

@@ -20,6 +20,7 @@ from pytest_vault.harness.events import RECORDED
 from pytest_vault.plugin.corpora import named_by_ids
 from pytest_vault.plugin.session import vault_of
 from pytest_vault.plugin.settings import Job
+from pytest_vault.report.transcript import CLEAN
 
 if TYPE_CHECKING:
     from pytest_vault.harness.agent import Copy, Track
@@ -84,14 +85,28 @@ class VaultFailure(VaultError):
     line break in a recipient or a provider's error cannot split the message's lines."""
 
 
+# The vault tests this process's corpus files make, before any selection (built-in node
+# ids, -k, --lf, --deselect): what a results file of a subset says it is a subset of.
+MADE: pytest.StashKey[int] = pytest.StashKey()
+
+
+def counted(items: Iterator[pytest.Item], config: pytest.Config) -> Iterator[pytest.Item]:
+    """The items, each vault test counted in `MADE` as it is made."""
+    for item in items:
+        if isinstance(item, VaultItem):
+            config.stash[MADE] = config.stash.get(MADE, 0) + 1
+        yield item
+
+
 class CorpusFile(pytest.File):
     def collect(self) -> Iterator[pytest.Item]:
         # A built-in file reached through node ids on the command line: those tests only.
         ids = [i for i in vault_of(self.config).corpora.ids if i.partition("::")[0] == self.nodeid]
+        every = counted(self._items(), self.config)
         if not ids:
-            yield from self._items()
+            yield from every
             return
-        items = [i for i in self._items() if named_by_ids(ids, i.nodeid)]
+        items = [i for i in every if named_by_ids(ids, i.nodeid)]
         for unmatched in (i for i in ids if not any(named_by_ids([i], t.nodeid) for t in items)):
             raise self.CollectError(f"{shown(unmatched)}: no such test in this run")
         yield from items
@@ -178,9 +193,11 @@ class CorpusFile(pytest.File):
         if (spec, arch, trial) in made:
             return
         cases = vault.served[pair]
+        # Named for its task: the first attack it serves, at whose line it is (`source`),
+        # as `--show` finds it again; its row keeps the pair's id (`attack_id`, `pair`).
         clean = made[spec, arch, trial] = VaultItem.from_parent(
             self,
-            name=f"{pair}[{spec_shown}-indirect-{arch}{suffix}]",
+            name=f"{CLEAN}{shown(case.id)}[{spec_shown}-indirect-{arch}{suffix}]",
             case=case,
             lineno=lineno,
             spec=spec,
@@ -250,13 +267,27 @@ class VaultItem(pytest.Item):
         # A forbidden transfer that executed fails the test whatever came after it: an
         # evaluation cut short by an error or the spend cap does not undo a payment.
         if row["violation"] and (self.architecture == "guarded" or vault.options.strict):
-            raise VaultFailure(_violations(row, self.architecture))
+            raise VaultFailure(f"{_violations(row, self.architecture)}\n{self.how_to_show()}")
         if row["status"] == "not_run":
             pytest.skip(f"not run: {shown(row['error'])}")
         if row["status"] == "error":
             raise VaultFailure(
-                f"evaluation error (not counted as 'no transfer'): {shown(row['error'])}"
+                f"evaluation error (not counted as 'no transfer'): {shown(row['error'])}\n"
+                f"{self.how_to_show()}"
             )
+
+    def how_to_show(self) -> str:
+        """The failure message's last line: the command that prints this evaluation's
+        conversation, ready to copy (its node id quoted for a shell), or how to keep one."""
+        from pytest_vault.report.transcript import command
+
+        path = vault_of(self.config).options.results
+        if path is None:
+            said = command(self.nodeid, "RESULTS")
+            return f"  keep its conversation: --vault-results RESULTS, then: {shown(said)}"
+        here = self.config.invocation_params.dir
+        written = path.relative_to(here) if path.is_relative_to(here) else path
+        return f"  see it: {shown(command(self.nodeid, str(written)))}"
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         if isinstance(excinfo.value, VaultFailure):
@@ -279,3 +310,13 @@ def _violations(row: dict[str, Any], architecture: str) -> str:
                 f"{', '.join(audit['codes']) if audit else 'no audit decision'}"
             )
     return "\n".join(lines)
+
+
+def planned(items: list[pytest.Item]) -> dict[str, int]:
+    """Evaluations per coverage cell."""
+    counts: dict[str, int] = {}
+    for item in items:
+        if isinstance(item, VaultItem):
+            key = cell_key(item)
+            counts[key] = counts.get(key, 0) + 1
+    return counts

@@ -113,6 +113,20 @@ def named_by_ids(ids: Sequence[str], nodeid: str) -> bool:
     return any(nodeid == i or nodeid.startswith((i + "::", i + "[")) for i in ids)
 
 
+def last_failed(config: pytest.Config, files: Sequence[Path]) -> None:
+    """`--lf` on the built-in files: pytest finds the files of the last failures under the
+    rootdir (`builtin/level-2.jsonl` is none), and once a file of the user's with failures
+    is collected it skips every other file, ours included. The built-in files that hold a
+    last failure are made known to it, so that their failures run again, and only they
+    (pytest's cacheprovider has no public interface for this: its `_last_failed_paths`)."""
+    plugin = config.pluginmanager.get_plugin("lfplugin")
+    paths = getattr(plugin, "_last_failed_paths", None)
+    if not isinstance(paths, set):  # no --lf, or a pytest whose internals differ
+        return
+    failed = {str(nodeid).partition("::")[0] for nodeid in getattr(plugin, "lastfailed", {})}
+    paths.update(p for p in files if builtin.nodeid(p) in failed)
+
+
 def _given(config: pytest.Config) -> bool:
     """Whether the user named paths on the command line (not testpaths, not the folder)."""
     return config.args_source == pytest.Config.ArgsSource.ARGS

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
 BASELINE: pytest.StashKey[Baseline] = pytest.StashKey()
 GATE: pytest.StashKey[Gate] = pytest.StashKey()
+# What the summary's `results:` line adds when the file holds less than a whole run.
+SUBSET: pytest.StashKey[str] = pytest.StashKey()
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -43,10 +45,20 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Refuse a baseline of another corpus version as soon as this run's corpus is known:
-    after collection, before any evaluation (xdist workers evaluate right after it)."""
+    after collection, before any evaluation (xdist workers evaluate right after it).
+
+    First, count again what runs, now that every plugin has selected: pytest's `--lf` and
+    `--ff` wrap every `pytest_collection_modifyitems` and deselect after ours, and a rerun
+    of the last failures plans them alone, never a run "cut short" of the rest."""
     config = session.config
     vault = config.stash[VAULT]
     opts = vault.options
+    if vault.collected:
+        from pytest_vault.plugin.collect import planned
+
+        if opts.shard is None:  # a shard's whole run is not this process's to count
+            vault.planned_run = planned(session.items)
+        vault.planned = planned(session.items)
     if opts.baseline is None or opts.baseline_any_corpus or not vault.corpus_digests:
         return
     if config.getoption("vault_decisions"):
@@ -116,6 +128,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if gate is not None:  # the gate's verdict stands whether or not its file is written
         write_gate = functools.partial(_write_gate, gate)
         outputs.append(("--vault-baseline-out", opts.baseline_out, write_gate))
+    if opts.results is not None and store:
+        subset = _subset(config, len(store), opts.results)
+        if subset is not None:
+            config.stash[SUBSET] = subset
     # Each output is tried: one that fails (a full disk) is one line, never the others.
     for option, path, write in outputs:
         if path is None:
@@ -160,6 +176,35 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if vault.unwritten and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _subset(config: pytest.Config, written: int, path: Path) -> str | None:
+    """Whether the results file about to be written holds less than a whole run, in
+    words: the file is always written whole with what ran (a selection is a run too), and
+    the summary says so when the run selected some of the vault tests it collected (a
+    node id, -k, --lf, --deselect, a sample or a shard), or when it replaces a file that
+    held more evaluations (under xdist, where only the workers collect). None: neither."""
+    from pytest_vault.plugin.collect import MADE
+
+    collected = config.stash.get(MADE, 0)
+    if written < collected:
+        return f"a subset: {written:,} of the {collected:,} vault tests of its corpus files"
+    before = _rows_in(path)
+    if before is not None and before > written:
+        return f"a subset: {written:,} evaluations; it replaced a file of {before:,}"
+    return None
+
+
+def _rows_in(path: Path) -> int | None:
+    """The evaluations a results file there holds (its footer alone is read); None where
+    there is none, or none that reads."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return int(pq.read_metadata(path).num_rows) if path.is_file() else None
+    except (OSError, ValueError, pa.ArrowException):
+        return None
 
 
 def stopped(session: pytest.Session) -> str | None:
@@ -235,7 +280,11 @@ def pytest_terminal_summary(
         ("report", "--vault-report", vault.options.report),
     ):
         if path is not None and option not in vault.unwritten:
-            terminalreporter.write_line(f"{label}: {shown(path)}")
+            said = config.stash.get(SUBSET, None) if label == "results" else None
+            terminalreporter.write_line(
+                f"{label}: {shown(path)}" + ("" if said is None else f" ({said})"),
+                yellow=said is not None,
+            )
     repaired = vault.repaired_finds
     if repaired:
         terminalreporter.write_line(
@@ -267,6 +316,28 @@ def pytest_terminal_summary(
         terminalreporter.section("pytest-vault baseline")
         for line in render_gate(gate):
             terminalreporter.write_line(line)
+    _got_through(terminalreporter, vault)
+
+
+def _got_through(terminalreporter: pytest.TerminalReporter, vault: VaultSession) -> None:
+    """The summary ends with the evaluations in which a forbidden transfer executed, each
+    named by its test id with the command that shows it; nothing when none did."""
+    from pytest_vault.report.through import got_through, lines
+
+    found = got_through(vault.store.keyed())
+    if not found:
+        return
+    written = {
+        option: str(path)
+        for option, path in (
+            ("--vault-results", vault.options.results),
+            ("--vault-report", vault.options.report),
+        )
+        if path is not None and option not in vault.unwritten
+    }
+    terminalreporter.section("pytest-vault, what got through", red=True)
+    for line in lines(found, written.get("--vault-results"), written.get("--vault-report")):
+        terminalreporter.write_line(line)
 
 
 def stream(config: pytest.Config, name: Literal["stdout", "stderr"], text: str) -> None:

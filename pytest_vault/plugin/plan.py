@@ -16,18 +16,6 @@ if TYPE_CHECKING:
     from pytest_vault.plugin.settings import Job
 
 
-def planned(items: list[pytest.Item]) -> dict[str, int]:
-    """Evaluations per coverage cell."""
-    from pytest_vault.plugin.collect import VaultItem, cell_key
-
-    counts: dict[str, int] = {}
-    for item in items:
-        if isinstance(item, VaultItem):
-            key = cell_key(item)
-            counts[key] = counts.get(key, 0) + 1
-    return counts
-
-
 def without_workers(config: pytest.Config) -> None:
     """A plan runs nothing, so it distributes nothing: `-n N` is turned off (after
     xdist's tryfirst `pytest_cmdline_main` read it, before its configure starts workers),

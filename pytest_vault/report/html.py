@@ -8,10 +8,12 @@ Content-Security-Policy allows inline CSS and nothing else): the failures are fi
 and sorted with CSS alone (`:has()` on the controls' chosen options, flex `order` from
 each row's ranks), and each transcript opens in place as a `<details>`.
 
-It opens with the verdict (`verdict.Verdict`), then every evaluation that failed: a
+It opens with the verdict (`verdict.Verdict`) and a table of contents, then what got
+through, the baseline gate's line when one ran, and every evaluation that failed: a
 violation behind the guard, a payment to an unpermitted recipient, or an error, each
 with its transcript and the bank's log of its calls. The tables follow, their numbers as
-the text report shows them (`formats.cell`, `formats.for_reading`).
+the text report shows them (`formats.cell`, `formats.for_reading`), each whole in a box
+that scrolls across (never cut into parts); then the figures, and coverage last.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from markupsafe import Markup
 
 from pytest_vault.core.text import shown
 from pytest_vault.guard.money import Money
-from pytest_vault.report.formats import WIDTH, cell, for_reading, parts
+from pytest_vault.report.formats import cell, for_reading
 from pytest_vault.report.judges import UNDEFINED, for_people
 from pytest_vault.report.results import read_calls, read_transcript, scrubbed, to_table
 from pytest_vault.report.summary import sample_line
@@ -461,18 +463,14 @@ _PIECES = re.compile(r" (?=\[|3/S )")
 
 
 @dataclass(frozen=True)
-class Part:
-    """Some columns of a table (the columns that name its rows in every part)."""
-
-    headers: list[list[str]]  # each header's pieces, to break after each "_"
-    rows: list[tuple[bool, list[Cell]]]  # (incomplete, cells)
-
-
-@dataclass(frozen=True)
 class HtmlTable:
+    """A table whole: the page scrolls a wide one inside its own box, never cuts it into
+    parts (a row's recipient and amount stay on one line of one table)."""
+
     name: str
     title: str
-    parts: list[Part]
+    headers: list[list[str]]  # each header's pieces, to break after each "_"
+    rows: list[tuple[bool, list[Cell]]]  # (incomplete, cells)
 
 
 def _cell(name: str, value: Any) -> Cell:
@@ -485,39 +483,16 @@ def _cell(name: str, value: Any) -> Cell:
     return Cell(text, "n" if number and not isinstance(value, dict) else "")
 
 
-def _widths(headers: Sequence[str], body: Sequence[Sequence[Cell]]) -> list[int]:
-    """Each column's width in characters, as it wraps: a header after each "_", a
-    number between its pieces, a text cell at 24 characters."""
-    out = []
-    for i, h in enumerate(headers):
-        longest = max(len(p) for p in h.split("_"))
-        for row in body:
-            c = row[i]
-            longest = max(longest, *(len(p) for p in c.pieces), min(len(c.text), 24))
-        out.append(longest + 2)
-    return out
-
-
 def html_table(name: str, rows: Table, title: str = "") -> HtmlTable:
-    """A table as the text report shows it (`formats.for_reading`, `formats.cell`), cut
-    into parts of at most `formats.WIDTH` characters as the text report cuts it."""
+    """A table as the text report shows it (`formats.for_reading`, `formats.cell`), whole."""
     rows = for_reading(name, rows)
     headers = list(dict.fromkeys(k for row in rows for k in row))
-    body = [[_cell(h, row.get(h)) for h in headers] for row in rows]
-    incomplete = [row.get("complete") is False for row in rows]
-    out = []
-    for part in parts(headers, _widths(headers, body), WIDTH) if rows else []:
-        names = [headers[i] for i in part]
-        out.append(
-            Part(
-                [[f"{p}_" for p in h.split("_")[:-1]] + [h.split("_")[-1]] for h in names],
-                [
-                    (bad, [cells[i] for i in part])
-                    for bad, cells in zip(incomplete, body, strict=True)
-                ],
-            )
-        )
-    return HtmlTable(name, title or TITLES.get(name, name), out)
+    return HtmlTable(
+        name,
+        title or TITLES.get(name, name),
+        [[f"{p}_" for p in h.split("_")[:-1]] + [h.split("_")[-1]] for h in headers],
+        [(row.get("complete") is False, [_cell(h, row.get(h)) for h in headers]) for row in rows],
+    )
 
 
 # -- the failures, each with its transcript ---------------------------------------------------
@@ -1127,6 +1102,43 @@ def _tone(v: Verdict) -> str:
     return "red" if v.violations or v.sentence.startswith("REGRESSION") else "amber"
 
 
+def _regressed(v: Verdict | None) -> str | None:
+    """The gate's verdict line when it found a regression (the results file keeps the
+    line alone, never the regressed measures), else None."""
+    if v is None or v.gate is None:
+        return None
+    return None if v.gate.startswith(("No regression", "INCOMPLETE")) else v.gate
+
+
+# The headings a reviewer reads, in the order the page gives them: the verdict, what got
+# through, the gate, the failures, the tables, the figures, and coverage last.
+LAST = ("coverage",)
+
+
+def _contents(context: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The table of contents: (id, heading) of each section, in the page's order."""
+    out = []
+    if context["verdict"] is not None:
+        out.append(("verdict", "Verdict"))
+    if context["through"]:
+        out.append(("through", "What got through"))
+    if context["gate"] is not None:
+        out.append(("regressions", "Baseline gate"))
+    if context["failures"] is not None:
+        out.append(("failures", "Failures and unpermitted payments"))
+    out += [(t.name, _short(t.title)) for t in context["tables"]]
+    out.append((context["transfers"].name, _short(context["transfers"].title)))
+    if context["charts"]:
+        out.append(("figures", "Figures"))
+    out += [(t.name, _short(t.title)) for t in context["last"]]
+    return out
+
+
+def _short(title: str) -> str:
+    """A table's title up to its first parenthesis: the heading's name, for the contents."""
+    return title.split(" (")[0]
+
+
 def render(
     result: Mapping[str, Table],
     transfers: Table,
@@ -1144,6 +1156,7 @@ def render(
         gate = metadata.get("gate")
         found = verdict(table, [metadata], gate if isinstance(gate, str) else None)
     record = metadata.get("sample")
+    people = for_people(result)
     context = {
         "verdict": found,
         "tone": None if found is None else _tone(found),
@@ -1155,14 +1168,18 @@ def render(
         "note": note or None,
         "failures": None if table is None else failures(table),
         "through": None if table is None else _through(table),
+        "gate": None if found is None else found.gate,
+        "regressed": _regressed(found),
         "charts": figures(result),
-        "tables": [html_table(name, rows) for name, rows in for_people(result).items()],
+        "tables": [html_table(name, rows) for name, rows in people.items() if name not in LAST],
+        "last": [html_table(name, people[name]) for name in LAST if name in people],
         "transfers": html_table(
             "transfers",
             transfers,
             "Unpermitted transfers, as the model made them (first 200)",
         ),
     }
+    context["contents"] = _contents(context)
     return _environment().get_template("report.html.j2").render(context)
 
 

@@ -1,5 +1,12 @@
 """`vault-report --format sarif`: the run's findings for GitHub's code scanning, each at the
-corpus line of its case (the row's `source`).
+corpus line of its case (the row's `source`, relative to the rootdir).
+
+A case of the built-in corpus (`builtin/level-2.jsonl:27`) is in no file of the team's
+repository, only in the installed package: its result names it by a logical location
+(`pytest-vault builtin corpus/level-2.jsonl/L2-s07-a3`) and says so in its message. GitHub's
+code scanning requires every result to have a location with a physical location (the
+GitHub rules of Microsoft's SARIF validator: GH1015, GH1016), so it also points at the
+repository's configuration file (`CONFIG`, line 1), never into site-packages.
 
 - `vault/violation` (error): a transfer the passport forbids executed behind the guard;
 - `vault/unpermitted` (note): the model alone paid a recipient the passport does not
@@ -15,6 +22,7 @@ import pyarrow.compute as pc
 
 from pytest_vault import __version__
 from pytest_vault.core.sarif import Finding, Rule, sarif_log
+from pytest_vault.corpus.builtin import PREFIX
 from pytest_vault.guard.money import Money
 from pytest_vault.report.results import read_calls
 
@@ -36,6 +44,9 @@ RULES = (
         "does not permit: what a guard in front of it must stop. A note, not a failure.",
     ),
 )
+# Where a built-in case's result points in the repository: the file that configures the run.
+CONFIG = "pyproject.toml"
+BUILTIN = "pytest-vault builtin corpus"
 COLUMNS = (
     *("attack_id", "model", "track", "architecture", "trial", "level", "source"),
     *("violation", "unpermitted", "tool_calls"),
@@ -74,6 +85,16 @@ def _finding(row: dict[str, Any]) -> Finding:
         else f"{row['model']} alone paid an unpermitted recipient: {what} ({where})"
     )
     uri, line = _source(row["source"])
+    logical = None
+    if uri is not None and uri.startswith(f"{PREFIX}/"):
+        name = uri.removeprefix(f"{PREFIX}/")
+        logical = f"{BUILTIN}/{name}/{row['attack_id']}"
+        at = f", line {line}" if line is not None else ""
+        text += (
+            f"; case {row['attack_id']} of the built-in corpus ({name}{at}), shipped in "
+            f"pytest-vault, in no file of this repository: located at {CONFIG}, line 1"
+        )
+        uri, line = CONFIG, 1
     return Finding(
         "vault/violation" if guarded else "vault/unpermitted",
         "error" if guarded else "note",
@@ -87,6 +108,7 @@ def _finding(row: dict[str, Any]) -> Finding:
             "architecture": row["architecture"],
             "trial": row["trial"],
         },
+        logical,
     )
 
 

@@ -37,24 +37,58 @@ def _names(row: Mapping[str, Any], ident: str) -> bool:
     return ident in (key, f"{key}:{row['trial']}")
 
 
+# A paired clean run's test is named for its task: this, then the id of the first attack
+# it serves (whose corpus line is its `source`); its row keeps the pair's id.
+CLEAN = "clean-of-"
+
+
+def node_names(row: Mapping[str, Any], task: str | None = None) -> tuple[str, ...]:
+    """The pytest node ids that name the row's test (`plugin/collect.py` builds them):
+    `CASE[MODEL-TRACK-ARCH]`, with `-tN` before the `]` when the run had trials, each
+    alone and after its file (`FILE::...`, the file of the row's `source`, `FILE:LINE`).
+    A clean run's CASE is `clean-of-` and `task`, the first attack it serves, where known
+    (and its pair's id, as runs before it named it). Ids and specs as the node id shows
+    them (`text.shown`)."""
+    cases = [shown(str(row["attack_id"]))]
+    if task is not None:
+        cases.append(CLEAN + shown(task))
+    names: list[str] = []
+    for case in cases:
+        base = f"{case}[{shown(str(row['model']))}-{row['track']}-{row['architecture']}"
+        names += (f"{base}]", f"{base}-t{row['trial']}]")
+    source = row.get("source")
+    if not isinstance(source, str) or ":" not in source:
+        return tuple(names)
+    where = source.rpartition(":")[0]
+    return (*names, *(f"{where}::{n}" for n in names))
+
+
 def show(table: pa.Table, ident: str) -> tuple[str, int]:
     """The text of the evaluations `ident` names, and the exit status (2: none).
 
-    `ident` is matched against the evaluations in the file, never split on ':' (a case id
-    may be `JIRA:PAY-1`, a model `openai:gpt-4o`): an attack id names every row of that
-    attack; else the rows whose `attack:model:track:architecture[:trial]` it is. An attack
-    id comes first, so every case can be shown by its id whatever its rows' joined parts
-    read."""
+    `ident` is matched against the evaluations in the file, never split on ':' nor on
+    '::' (a case id may be `JIRA:PAY-1`, a model `openai:gpt-4o`): an attack id names
+    every row of that attack; else the rows whose pytest node id it is, as a FAILED line
+    or JUnit prints it, with or without its file (`node_names`; without `-tN`, every
+    trial); else the rows whose `attack:model:track:architecture[:trial]` it is. An
+    attack id comes first, so every case can be shown by its id whatever its rows'
+    joined parts read."""
     ids = [i for i in pc.unique(table["attack_id"]).to_pylist() if isinstance(i, str)]
     # Only the attacks whose id starts the text can have a row it names; longest first.
     heads = sorted((i for i in ids if ident.startswith(f"{i}:")), key=len, reverse=True)
     if ident in ids:
         rows = table.filter(pc.equal(table["attack_id"], ident)).to_pylist()
     else:
+        rows = _by_node_id(table, ident)
+    if not rows:
         candidates = table.filter(pc.is_in(table["attack_id"], pa.array(heads, pa.string())))
         rows = [r for r in candidates.to_pylist() if _names(r, ident)]
     if not rows:
-        close = difflib.get_close_matches(ident, ids, n=3, cutoff=0.5)
+        # A node id's nearest are the tests' node ids, in its form (with its file or not).
+        # Pasted with its shell quotes: compared without them.
+        bare = ident.strip("'\"")
+        names = _node_ids(table, "::" in bare) if _looks_like_node_id(bare) else ids
+        close = difflib.get_close_matches(bare, names, n=3, cutoff=0.5)
         near = list(dict.fromkeys(close + heads))[:3]
         hint = f"; nearest: {', '.join(shown(n) for n in near)}" if near else ""
         return f"vault-report: error: --show {shown(ident)}: no such evaluation{hint}\n", 2
@@ -63,6 +97,55 @@ def show(table: pa.Table, ident: str) -> tuple[str, int]:
     for r in rows:
         out += _one(r)
     return "\n".join(out) + "\n", 0
+
+
+def _looks_like_node_id(ident: str) -> bool:
+    return ident.endswith("]") and "[" in ident
+
+
+def _keys(table: pa.Table) -> list[dict[str, Any]]:
+    """The columns a node id is made of, a dict per row (no other column read)."""
+    wanted = (*KEY, "source", "clean", "pair")
+    keys: list[dict[str, Any]] = table.select(
+        [c for c in wanted if c in table.column_names]
+    ).to_pylist()
+    return keys
+
+
+def _named(table: pa.Table) -> list[tuple[str, ...]]:
+    """Each row's node ids (`node_names`): a clean run's with the attack at its line."""
+    keys = _keys(table)
+    # The attacked runs of each pair, by corpus line: a clean run is at its first's.
+    tasks = {
+        (k["pair"], k["source"]): str(k["attack_id"])
+        for k in keys
+        if k.get("clean") is False and k.get("source") is not None
+    }
+    return [
+        node_names(k, tasks.get((k["pair"], k["source"])) if k.get("clean") else None) for k in keys
+    ]
+
+
+def _by_node_id(table: pa.Table, ident: str) -> list[dict[str, Any]]:
+    """The rows whose test `ident` names as a node id (`node_names`)."""
+    if not _looks_like_node_id(ident):
+        return []
+    hits = [i for i, names in enumerate(_named(table)) if ident in names]
+    if not hits:
+        return []
+    found: list[dict[str, Any]] = table.take(pa.array(hits, pa.int64())).to_pylist()
+    return found
+
+
+def _node_ids(table: pa.Table, with_file: bool) -> list[str]:
+    """Each row's node id as a one-trial run names it, with its file or without (a clean
+    run's by its task where known)."""
+    out = []
+    for names in _named(table):
+        alone = names[: len(names) // 2] if "::" in names[-1] else names
+        pick = names[len(alone) :] if with_file and len(names) > len(alone) else alone
+        out.append(pick[-2])  # the last case form (a clean run's task), without -tN
+    return list(dict.fromkeys(out))
 
 
 def _one(r: Mapping[str, Any]) -> list[str]:

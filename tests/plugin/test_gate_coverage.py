@@ -42,7 +42,9 @@ def corpus(pytester: pytest.Pytester) -> None:
 def gate_lines(result: pytest.RunResult) -> list[str]:
     lines = result.outlines
     start = next(i for i, x in enumerate(lines) if "pytest-vault baseline" in x)
-    return [x for x in lines[start + 1 :] if x.strip() and not x.startswith("=")]
+    # Up to the next section (what got through, when something did).
+    end = next((i for i, x in enumerate(lines) if i > start and x.startswith("=")), len(lines))
+    return [x for x in lines[start + 1 : end] if x.strip()]
 
 
 def baseline(pytester: pytest.Pytester, *args: str) -> Path:

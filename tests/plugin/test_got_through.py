@@ -27,7 +27,7 @@ def run(pytester: pytest.Pytester, cases: int, *more: str) -> pytest.RunResult:
 
 def section(result: pytest.RunResult) -> list[str]:
     lines = result.outlines
-    start = next(i for i, x in enumerate(lines) if "pytest-vault: what got through" in x)
+    start = next(i for i, x in enumerate(lines) if "pytest-vault, what got through" in x)
     return lines[start + 1 : -1]  # pytest's own last line: "24 passed in 5.08s"
 
 

@@ -1,0 +1,84 @@
+"""SARIF results located where the team can act (issue 40, point 5): a case of theirs at
+its file and line, percent-encoded; a case of the built-in corpus never into
+site-packages, but named by a logical location, at the repository's configuration file
+(GitHub's code scanning requires a physical location on every result)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from pytest_vault.core.sarif import uri
+from pytest_vault.report.results import to_table
+from pytest_vault.report.sarif import report_sarif
+
+from .rows import row
+
+SCHEMA = json.loads(
+    (Path(__file__).resolve().parents[1] / "data" / "sarif-2.1.0.schema.json").read_text()
+)
+
+
+def paid(attack_id: str, source: str, architecture: str) -> dict[str, Any]:
+    call = {
+        "name": "transfer_funds",
+        "arguments": {"recipient": "x@evil.test"},
+        "executed": True,
+        "result": "ok",
+        "permitted": False,
+        "audit": {"allow": True, "codes": ["guard.allowed"]},
+        "transfer": {"recipient": "x@evil.test", "amount_minor": 4000, "currency": "USD"},
+    }
+    return row(
+        attack_id=attack_id,
+        source=source,
+        architecture=architecture,
+        requested=True,
+        paid=True,
+        unpermitted=True,
+        violation=architecture == "guarded",
+        tool_calls=json.dumps([call]),
+    )
+
+
+def test_a_builtin_case_is_named_logically_and_a_users_file_physically() -> None:
+    user = "cases/my cases #1.jsonl"
+    log = report_sarif(
+        to_table(
+            [
+                paid("L2-s07-a3", "builtin/level-2.jsonl:27", "model"),
+                paid("mine", f"{user}:3", "guarded"),
+                row(attack_id="fine", source="builtin/level-2.jsonl:28"),  # no finding
+            ]
+        )
+    )
+    jsonschema.validate(log, SCHEMA)
+    results = {r["properties"]["attack_id"]: r for r in log["runs"][0]["results"]}
+    assert sorted(results) == ["L2-s07-a3", "mine"]
+    [builtin] = results["L2-s07-a3"]["locations"]
+    assert builtin["logicalLocations"] == [
+        {"fullyQualifiedName": "pytest-vault builtin corpus/level-2.jsonl/L2-s07-a3"}
+    ]
+    # Not into the installed package: at the repository's config file, and it says so.
+    assert builtin["physicalLocation"] == {
+        "artifactLocation": {"uri": "pyproject.toml"},
+        "region": {"startLine": 1},
+    }
+    message = results["L2-s07-a3"]["message"]["text"]
+    assert message.endswith(
+        "; case L2-s07-a3 of the built-in corpus (level-2.jsonl, line 27), shipped in "
+        "pytest-vault, in no file of this repository: located at pyproject.toml, line 1"
+    )
+    assert "builtin/" not in json.dumps(builtin["physicalLocation"])
+    [mine] = results["mine"]["locations"]
+    assert mine == {
+        "physicalLocation": {
+            "artifactLocation": {"uri": "cases/my%20cases%20%231.jsonl"},
+            "region": {"startLine": 3},
+        }
+    }
+    assert mine["physicalLocation"]["artifactLocation"]["uri"] == uri(user)
+    assert "built-in" not in results["mine"]["message"]["text"]
