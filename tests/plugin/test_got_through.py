@@ -46,8 +46,7 @@ def test_the_summary_names_each_attack_that_got_through_and_how_to_see_it(
         node = f"a.jsonl::a{i}[scripted:obedient-A-model]"
         expected += [
             f"    {node}",
-            f"      paid ${40 + i}.00 to 'mallory@evil.example' "
-            "(oap.merchant_forbidden)",
+            f"      paid ${40 + i}.00 to 'mallory@evil.example' (oap.merchant_forbidden)",
             f"      vault-report {pytester.path / 'r.parquet'} --show '{node}'",
         ]
     expected += [
