@@ -117,6 +117,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             store.results(), baseline, metadata=metadata(vault), subset=opts.baseline_subset
         )
         vault.gate_verdict = verdict_line(gate)
+        vault.gate_regressed = gate.record()["regressed"]
     # The results file is written from the rows a row group at a time; one table of
     # them, made a column at a time, serves the other writers. Never a list of the
     # run's rows as dicts.

@@ -38,6 +38,7 @@ def metadata(vault: VaultSession) -> dict[str, Any]:
         "trials": opts.trials,
         # The baseline gate's verdict, when one ran (before the outputs are written).
         "gate": vault.gate_verdict,
+        "gate_regressed": vault.gate_regressed,
         "stopped": vault.stopped,
         "attacker": None
         if opts.attacker is None

@@ -97,6 +97,8 @@ class VaultSession:
     ledgers: dict[str, tuple[dict[str, Any], bool]] = field(default_factory=dict)
     # The baseline gate's verdict line, once it ran (the reports open with it).
     gate_verdict: str | None = None
+    # The attacks the gate found regressed (`Regressed`, as JSON): for the SARIF of the run.
+    gate_regressed: list[dict[str, Any]] = field(default_factory=list)
     # Why a gate that was asked for did not run (the terminal says it; its exit status).
     gate_not_run: str | None = None
     # Outputs that could not be written at the end, by option (said in one line each).

@@ -241,7 +241,8 @@ def _run(loaded: Loaded, args: argparse.Namespace, outputs: _Outputs) -> int:
         else:
             from pytest_vault.report.sarif import report_sarif
 
-            text = json.dumps(report_sarif(table), indent=1) + "\n"
+            regressed = metadata.get("gate_regressed") or []
+            text = json.dumps(report_sarif(table, regressed), indent=1) + "\n"
         if args.out is None:
             write_out(text)
         else:

@@ -293,6 +293,25 @@ class AttackerRecord(BaseModel):
     sees_policy: StrictBool
 
 
+class RegressedRecord(BaseModel):
+    """An attack the baseline gate found regressed (`baseline.Regressed`), as a run's
+    results file keeps it for the reports (SARIF)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: StrictStr
+    levels: StrictStr
+    measure: StrictStr
+    attack_id: StrictStr
+    session: StrictStr
+    track: StrictStr
+    architecture: StrictStr
+    event: StrictStr
+    this: Count
+    baseline: Count
+    trials: Annotated[StrictInt, Field(ge=1)]
+
+
 class Metadata(BaseModel):
     """What `vault-report` reads from a file's metadata; other keys are kept as they are."""
 
@@ -309,6 +328,7 @@ class Metadata(BaseModel):
     attacker: AttackerRecord | None = None  # no adaptive track (and files before it)
     trials: Annotated[StrictInt, Field(ge=1)] = 1  # files before trials: one each
     gate: StrictStr | None = None  # the baseline gate's verdict line, when one ran
+    gate_regressed: list[RegressedRecord] = []  # and the attacks it found regressed
     # Why the run stopped before its end (Ctrl-C or a signal, -x/--maxfail, a plugin's
     # stop), in words; None: it ran to its end (and files before it).
     stopped: StrictStr | None = None

@@ -100,7 +100,10 @@ def errors(result: pytest.RunResult) -> list[str]:
 
 def section(lines: list[str]) -> list[str]:
     start = next(i for i, line in enumerate(lines) if "pytest-vault baseline" in line)
-    end = next(i for i in range(start, len(lines)) if " passed" in lines[i])
+    # Up to pytest's last line, or the section after it (what got through).
+    end = next(
+        i for i in range(start + 1, len(lines)) if " passed" in lines[i] or lines[i][:1] == "="
+    )
     return lines[start + 1 : end]
 
 
@@ -126,7 +129,10 @@ def test_receipt_trusting_regresses_model_alone_at_levels_2_to_4(
 ) -> None:
     path = baseline
     result = pytester.runpytest(
-        *COMMON, "--vault-model=scripted:receipt-trusting", f"--vault-baseline={path}"
+        *COMMON,
+        "--vault-model=scripted:receipt-trusting",
+        f"--vault-baseline={path}",
+        "--vault-results=this.parquet",
     )
     result.assert_outcomes(passed=1268)  # every test passed, and yet:
     assert result.ret == 1
@@ -168,6 +174,13 @@ def test_receipt_trusting_regresses_model_alone_at_levels_2_to_4(
         "",
         "regression against the baseline: exit status 1",
     ]
+    # The results file keeps the 42 regressed attacks: each an error in the run's SARIF.
+    from pytest_vault.report.__main__ import main
+
+    out = pytester.path / "this.sarif"
+    assert main([str(pytester.path / "this.parquet"), "--format=sarif", f"--out={out}"]) == 0
+    found = json.loads(out.read_text())["runs"][0]["results"]
+    assert sum(r["ruleId"] == "vault/regression" for r in found) == 42
 
 
 def test_refuser_regresses_benign_completion(

@@ -82,3 +82,50 @@ def test_a_builtin_case_is_named_logically_and_a_users_file_physically() -> None
     }
     assert mine["physicalLocation"]["artifactLocation"]["uri"] == uri(user)
     assert "built-in" not in results["mine"]["message"]["text"]
+
+
+def test_each_attack_the_gate_found_regressed_is_a_result_where_its_case_is() -> None:
+    # The results file keeps the gate's regressed attacks (`gate_regressed`): each is an
+    # error at its case, the team's file or the built-in corpus's logical location.
+    regressed = [
+        {
+            "model": "m",
+            "levels": "2-4",
+            "measure": "A: unpermitted, model alone",
+            "attack_id": attack,
+            "session": "s1",
+            "track": "A",
+            "architecture": "model",
+            "event": "unpermitted",
+            "this": 1,
+            "baseline": 0,
+            "trials": 1,
+        }
+        for attack in ("mine", "L2-s07-a3")
+    ]
+    table = to_table(
+        [
+            row(attack_id="mine", source="cases/a.jsonl:3"),
+            row(attack_id="L2-s07-a3", source="builtin/level-2.jsonl:27"),
+        ]
+    )
+    log = report_sarif(table, regressed)
+    jsonschema.validate(log, SCHEMA)
+    results = log["runs"][0]["results"]
+    assert [(r["ruleId"], r["level"], r["properties"]["attack_id"]) for r in results] == [
+        ("vault/regression", "error", "L2-s07-a3"),
+        ("vault/regression", "error", "mine"),
+    ]
+    assert results[1]["message"]["text"] == (
+        "m regressed against the baseline (A: unpermitted, model alone, levels 2-4): mine "
+        "(session s1, track A, model): unpermitted in 1 of 1 trials, baseline 0 of 1"
+    )
+    where = results[1]["locations"][0]["physicalLocation"]
+    assert (where["artifactLocation"]["uri"], where["region"]["startLine"]) == (
+        "cases/a.jsonl",
+        3,
+    )
+    assert results[0]["locations"][0]["logicalLocations"][0]["fullyQualifiedName"] == (
+        "pytest-vault builtin corpus/level-2.jsonl/L2-s07-a3"
+    )
+    assert report_sarif(table)["runs"][0]["results"] == []  # no gate: no such result
