@@ -41,14 +41,14 @@ def pytest_runtest_call(item):
 """
 KILL_GW0_BEFORE_GW1_COLLECTED = """
 import os, signal, time, pytest
+def pytest_collection_modifyitems(items):
+    if os.environ.get("PYTEST_XDIST_WORKER") == "gw1":
+        time.sleep(5)  # still collecting (its collection not sent) when gw0 dies
 @pytest.hookimpl(trylast=True)
 def pytest_collection_finish(session):
     # xdist's worker has sent its collection by now (its hook ran first).
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
-    if worker == "gw0":
+    if os.environ.get("PYTEST_XDIST_WORKER") == "gw0":
         os.kill(os.getpid(), signal.SIGKILL)
-    if worker == "gw1":
-        time.sleep(3)  # still collecting when gw0 dies
 """
 
 
