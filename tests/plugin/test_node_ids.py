@@ -9,11 +9,20 @@ import json
 import shlex
 
 import pytest
+from packaging.version import Version
 
 from pytest_vault.report.__main__ import main
 from pytest_vault.report.results import read_table
 
 pytest_plugins = ["pytester"]
+
+# Known and open (issue 40): on pytest 9.2, --lf, --ff and --sw reach more vault tests than
+# they name (pytest's cache plugin selects them anew). Strict: it fails when it is fixed.
+ON_PYTEST_9_2 = pytest.mark.xfail(
+    Version(pytest.__version__).release >= (9, 2),
+    reason="pytest 9.2's --lf/--ff/--sw select vault tests anew (issue 40, open)",
+    strict=True,
+)
 
 ATTACK = {
     "session": "s1",
@@ -61,6 +70,7 @@ def results_line(result: pytest.RunResult) -> str:
     return line
 
 
+@ON_PYTEST_9_2
 def test_lf_reruns_exactly_the_failures_of_a_user_file(pytester: pytest.Pytester) -> None:
     corpus(pytester)
     first = run(pytester, "--vault-results=r.parquet", "a.jsonl")
@@ -82,6 +92,7 @@ def test_lf_reruns_exactly_the_failures_of_a_user_file(pytester: pytest.Pytester
     )
 
 
+@ON_PYTEST_9_2
 def test_lf_reruns_the_builtin_failures_beside_a_user_files(pytester: pytest.Pytester) -> None:
     """Was: once the user's file with failures was collected, pytest skipped every other
     file, the built-in ones (outside the rootdir) too: their failures never ran again."""
@@ -100,6 +111,7 @@ def test_lf_reruns_the_builtin_failures_beside_a_user_files(pytester: pytest.Pyt
     ]
 
 
+@ON_PYTEST_9_2
 def test_lf_on_the_builtin_corpus_alone(pytester: pytest.Pytester) -> None:
     args = ("--vault-arch=model", "--vault-results=r.parquet", *BUILTIN, "-k", "not a2")
     run(pytester, *args).assert_outcomes(failed=1, deselected=1)
@@ -110,6 +122,7 @@ def test_lf_on_the_builtin_corpus_alone(pytester: pytest.Pytester) -> None:
     assert results_line(again).endswith("(a subset: 1 of the 70 vault tests of its corpus files)")
 
 
+@ON_PYTEST_9_2
 def test_ff_sw_and_deselect_name_vault_tests(pytester: pytest.Pytester) -> None:
     corpus(pytester)
     # --sw: stops at the first failure (the benign request's two tests come first) ...
