@@ -161,9 +161,9 @@ class CorpusFile(pytest.File):
                                 yield from self._clean_run(
                                     lineno, case, spec, spec_shown, arch, trial, suffix
                                 )
-                            yield VaultItem.from_parent(
+                            yield VaultItem.made(
                                 self,
-                                name=f"{case_id}[{spec_shown}-{track}-{arch}{suffix}]",
+                                f"{case_id}[{spec_shown}-{track}-{arch}{suffix}]",
                                 case=case,
                                 lineno=lineno,
                                 spec=spec,
@@ -195,9 +195,9 @@ class CorpusFile(pytest.File):
         cases = vault.served[pair]
         # Named for its task: the first attack it serves, at whose line it is (`source`),
         # as `--show` finds it again; its row keeps the pair's id (`attack_id`, `pair`).
-        clean = made[spec, arch, trial] = VaultItem.from_parent(
+        clean = made[spec, arch, trial] = VaultItem.made(
             self,
-            name=f"{CLEAN}{shown(case.id)}[{spec_shown}-indirect-{arch}{suffix}]",
+            f"{CLEAN}{shown(case.id)}[{spec_shown}-indirect-{arch}{suffix}]",
             case=case,
             lineno=lineno,
             spec=spec,
@@ -245,6 +245,14 @@ class VaultItem(pytest.Item):
         self.trial = trial
         self.extra_keyword_matches.update(keywords(case) if words is None else words)
         self.row: dict[str, Any] | None = None
+
+    @classmethod
+    def made(cls, parent: pytest.File, name: str, **kwargs: Any) -> VaultItem:
+        """The item `name` under `parent`, its node id given as the string pytest's cache
+        keeps: pytest >= 9.2 parses it into path, names and `[params]`, as it parses the
+        ids of `--lf`, `--ff` and `--sw` (a name it derives keeps its brackets among the
+        names, and would match none of them)."""
+        return cls.from_parent(parent, name=name, nodeid=f"{parent.nodeid}::{name}", **kwargs)
 
     @property
     def job(self) -> Job:

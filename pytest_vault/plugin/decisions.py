@@ -178,6 +178,13 @@ class DecisionItem(pytest.Function):
 
     def __init__(self, *, case: Case, lineno: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        # pytest >= 9.2 keeps a structured id beside the string: for a Function it takes
+        # the name's brackets for a name, where the ids of --lf, --ff and --sw, parsed from
+        # the cache, hold them as params, and would match no decision test. A Function
+        # takes no node id, so its id is parsed from the string as pytest parses those.
+        structured = getattr(self, "_id", None)
+        if structured is not None:
+            self._id = type(structured).parse(self.nodeid)
         self.case = case
         self.lineno = lineno
         technique = case.metadata.get("technique")

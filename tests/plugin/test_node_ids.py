@@ -9,20 +9,11 @@ import json
 import shlex
 
 import pytest
-from packaging.version import Version
 
 from pytest_vault.report.__main__ import main
 from pytest_vault.report.results import read_table
 
 pytest_plugins = ["pytester"]
-
-# Known and open (issue 40): on pytest 9.2, --lf, --ff and --sw reach more vault tests than
-# they name (pytest's cache plugin selects them anew). Strict: it fails when it is fixed.
-ON_PYTEST_9_2 = pytest.mark.xfail(
-    Version(pytest.__version__).release >= (9, 2),
-    reason="pytest 9.2's --lf/--ff/--sw select vault tests anew (issue 40, open)",
-    strict=True,
-)
 
 ATTACK = {
     "session": "s1",
@@ -70,7 +61,6 @@ def results_line(result: pytest.RunResult) -> str:
     return line
 
 
-@ON_PYTEST_9_2
 def test_lf_reruns_exactly_the_failures_of_a_user_file(pytester: pytest.Pytester) -> None:
     corpus(pytester)
     first = run(pytester, "--vault-results=r.parquet", "a.jsonl")
@@ -92,7 +82,6 @@ def test_lf_reruns_exactly_the_failures_of_a_user_file(pytester: pytest.Pytester
     )
 
 
-@ON_PYTEST_9_2
 def test_lf_reruns_the_builtin_failures_beside_a_user_files(pytester: pytest.Pytester) -> None:
     """Was: once the user's file with failures was collected, pytest skipped every other
     file, the built-in ones (outside the rootdir) too: their failures never ran again."""
@@ -111,7 +100,6 @@ def test_lf_reruns_the_builtin_failures_beside_a_user_files(pytester: pytest.Pyt
     ]
 
 
-@ON_PYTEST_9_2
 def test_lf_on_the_builtin_corpus_alone(pytester: pytest.Pytester) -> None:
     args = ("--vault-arch=model", "--vault-results=r.parquet", *BUILTIN, "-k", "not a2")
     run(pytester, *args).assert_outcomes(failed=1, deselected=1)
@@ -122,7 +110,6 @@ def test_lf_on_the_builtin_corpus_alone(pytester: pytest.Pytester) -> None:
     assert results_line(again).endswith("(a subset: 1 of the 70 vault tests of its corpus files)")
 
 
-@ON_PYTEST_9_2
 def test_ff_sw_and_deselect_name_vault_tests(pytester: pytest.Pytester) -> None:
     corpus(pytester)
     # --sw: stops at the first failure (the benign request's two tests come first) ...
@@ -226,3 +213,32 @@ def test_a_clean_run_is_named_for_its_task_and_shown_by_that_name(
         assert main([str(pytester.path / "r.parquet"), "--show", f"i.jsonl::{name}{cell}"]) == 0
         out = capsys.readouterr().out.splitlines()
         assert out[1].startswith(f"{pair} scripted:obedient track indirect model trial 1")
+
+
+def test_lf_reruns_exactly_the_failed_decision_tests(pytester: pytest.Pytester) -> None:
+    """Decision tests are pytest Functions named `ID[decisions]`: pytest 9.2 read the
+    brackets of such a name as a name where the cache's ids hold params, so --lf matched
+    none and ran them all."""
+    pay = {"name": "transfer_funds", "arguments": {"recipient": "mallory@evil.example"}}
+    cases = [
+        {
+            "id": f"a{i}",
+            **ATTACK,
+            "calls": [{**pay, "arguments": {**pay["arguments"], "amount": i}}],
+        }
+        for i in (1, 2, 3)
+    ]
+    (pytester.path / "a.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases))
+    args = ("-p", "cacheprovider", "-p", "no:randomly", "--vault-decisions", "a.jsonl")
+    pytester.runpytest(*args, "--snapshot-update").assert_outcomes(passed=3)
+    snapshots = pytester.path / "__snapshots__" / "a.decisions"
+    text = snapshots.read_text()
+    assert text.count('"allow": false') == 3
+    snapshots.write_text(text.replace('"allow": false', '"allow": true', 1))
+    pytester.runpytest(*args).assert_outcomes(failed=1, passed=2)
+    again = pytester.runpytest(*args, "--lf", "-rf")
+    again.assert_outcomes(failed=1, deselected=2)
+    again.stdout.fnmatch_lines(["run-last-failure: rerun previous 1 failure"])
+    assert [f.split(" - ")[0] for f in again.outlines if f.startswith("FAILED")] == [
+        "FAILED a.jsonl::a1[decisions]"
+    ]
