@@ -387,6 +387,14 @@ def inconclusive(row: Mapping[str, Any]) -> bool:
     return row.get("clean") is False and row["status"] == "completed" and not row["observed"]
 
 
+# The row fields `paired` and `attribution` read (`calls` reads `tool_calls`): a reader of
+# a large table gives them these columns alone.
+ATTRIBUTION_READS = (
+    *("clean", "pair", "model", "architecture", "trial", "status", "observed"),
+    *("goal_recipient", "goal_amount_minor", "tool_calls"),
+)
+
+
 def attribution(
     rows: Sequence[Mapping[str, Any]], calls: Callable[[Mapping[str, Any]], Sequence[Any]]
 ) -> dict[int, tuple[bool | None, bool | None]]:

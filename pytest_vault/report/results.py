@@ -46,7 +46,7 @@ from pytest_vault.core.text import (
 )
 from pytest_vault.corpus.sample import SampleRecord
 from pytest_vault.guard.engine import TRANSFER_TOOL
-from pytest_vault.harness.events import ROW, attribution
+from pytest_vault.harness.events import ATTRIBUTION_READS, ROW, attribution
 from pytest_vault.report.outputs import replacing
 
 # One call of `tool_calls`, in the bank's order of a logged call's keys. `arguments`
@@ -846,7 +846,11 @@ def attributed(table: pa.Table) -> pa.Table:
     indirect = np.flatnonzero(_is_true(pc.is_valid(table["clean"])))
     if not len(indirect):
         return table
-    rows = table.take(pa.array(indirect, pa.int64())).to_pylist()
+    # The columns attribution reads, alone, and of the calls the fields a goal reads: the
+    # others (transcripts, arguments, results) would cost their reading, for nothing.
+    read = table.select(list(ATTRIBUTION_READS)).take(pa.array(indirect, pa.int64()))
+    at = read.schema.get_field_index("tool_calls")
+    rows = read.set_column(at, "tool_calls", goal_calls(read["tool_calls"])).to_pylist()
     names = ("attributable_request", "attributable_paid")
     values = {name: table[name].to_pylist() for name in names}
     for i, pair in attribution(rows, lambda r: read_calls(r["tool_calls"])).items():
@@ -856,6 +860,28 @@ def attributed(table: pa.Table) -> pa.Table:
         at = table.schema.get_field_index(name)
         table = table.set_column(at, name, pa.array(values[name], pa.bool_()))
     return table
+
+
+def goal_calls(column: pa.ChunkedArray) -> pa.Array:
+    """A checked `tool_calls` column with only what `Goal.named_by` and `Goal.taken` read:
+    each row's transfer calls, each its name, whether it executed, and its transfer's
+    recipient, amount and currency (the rest would cost its reading, for nothing)."""
+    calls = column.combine_chunks()
+    items = calls.values  # every call of every row; `offsets` index into it, sliced or not
+    keep = _is_true(pc.equal(items.field("name"), TRANSFER_TOOL))
+    kept = np.concatenate([[0], np.cumsum(keep)])  # transfers before each call
+    offsets = pa.array(kept[calls.offsets.to_numpy()], pa.int32())
+    items = items.filter(pa.array(keep))
+    transfer = items.field("transfer")
+    fields = ("recipient", "amount_minor", "currency")
+    narrow = pa.StructArray.from_arrays(
+        [transfer.field(f) for f in fields], names=list(fields), mask=transfer.is_null()
+    )
+    call = pa.StructArray.from_arrays(
+        [items.field("name"), items.field("executed"), narrow],
+        names=["name", "executed", "transfer"],
+    )
+    return pa.ListArray.from_arrays(offsets, call, mask=calls.is_null())
 
 
 def _is_true(mask: pa.ChunkedArray) -> np.ndarray:

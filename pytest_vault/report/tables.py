@@ -756,13 +756,16 @@ class Analysis:
         c = self.cols
         columns = ["attack_id", "session", "level", "kind", "track", "architecture", "model"]
         rows = c.table.select([*columns, "trial", "status", "unpermitted"]).to_pylist()
+        cell: dict[tuple[int, str, str], list[dict[str, Any]]] = {}  # level, model, arch
+        for r in rows:
+            if r["kind"] == "attack":
+                cell.setdefault((r["level"], r["model"], r["architecture"]), []).append(r)
         out: Table = []
         todo: list[Pending] = []
         for label, levels in LEVEL_GROUPS:
-            group = [r for r in rows if r["level"] in levels and r["kind"] == "attack"]
             for model in self.models:
                 for arch in ("model", "guarded"):
-                    mine = [r for r in group if r["model"] == model and r["architecture"] == arch]
+                    mine = [r for level in levels for r in cell.get((level, model, arch), ())]
                     cases = list(trial_outcomes(mine, c.trials).values())
                     if not cases:
                         continue
@@ -801,11 +804,14 @@ class Analysis:
             *("rounds", "attacker_strategy"),
         )
         rows = self.adaptive_rows.select(list(columns)).to_pylist()
+        cell: dict[tuple[int, str, str], list[dict[str, Any]]] = {}  # level, model, arch
+        for r in rows:
+            cell.setdefault((r["level"], r["model"], r["architecture"]), []).append(r)
         out: Table = []
         for label, levels in LEVEL_GROUPS:
-            group = [r for r in rows if r["level"] in levels]
-            for model, arch in sorted({(r["model"], r["architecture"]) for r in group}):
-                mine = [r for r in group if r["model"] == model and r["architecture"] == arch]
+            keys = {(model, arch) for level, model, arch in cell if level in levels}
+            for model, arch in sorted(keys):
+                mine = [r for level in levels for r in cell.get((level, model, arch), ())]
                 seeds = [r for r in mine if r["status"] == "completed" or r["unpermitted"]]
                 found = [r for r in seeds if r["unpermitted"]]
                 rounds = sorted(int(r["rounds"] or 0) for r in found)
