@@ -380,13 +380,7 @@ def per_track(path: Path, page: str) -> str:
     table = load([path]).table
     listed = failures(table)
     bad = table.filter(
-        pc.or_(
-            pc.or_(
-                pc.and_(table["violation"], pc.equal(table["architecture"], "guarded")),
-                table["unpermitted"],
-            ),
-            pc.equal(table["status"], "error"),
-        )
+        pc.or_(pc.or_(table["violation"], table["unpermitted"]), pc.equal(table["status"], "error"))
     )
     want = Counter(bad["track"].to_pylist())
     rows = Counter(f.values["track"] for f in listed.shown)

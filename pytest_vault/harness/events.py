@@ -417,6 +417,21 @@ def attribution(
     return out
 
 
+def forbidden(call: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """Why a logged call's executed transfer is forbidden, as `row` counts one (a
+    violation: the passport's audit did not allow it; unpermitted: the passport does not
+    permit its recipient): the audit's reason codes (the guard's decision's where it was
+    not audited). None where no transfer executed, or it executed permitted and allowed.
+    `call`: `CallRecord.to_dict`, or a results table's call."""
+    if not call.get("executed") or not call.get("transfer"):
+        return None
+    audit = call.get("audit")
+    if audit is not None and audit["allow"] and call.get("permitted") is not False:
+        return None
+    judged = audit or call.get("decision") or {"allow": False, "codes": []}
+    return () if judged["allow"] else tuple(judged["codes"])
+
+
 def logged_calls(row: Mapping[str, Any]) -> list[dict[str, Any]]:
     """A run's row's calls, from its `tool_calls` JSON text (what `row` wrote)."""
     calls: list[dict[str, Any]] = json.loads(row["tool_calls"] or "[]")

@@ -150,8 +150,9 @@ def _main(argv: list[str]) -> int:
     parser.add_argument(
         "--show",
         metavar="ID",
-        help="print one evaluation's transcript: its attack id, or its row as attack:model:"
-        "track:architecture[:trial]",
+        help="print an evaluation's transcript: its test's id as pytest prints it "
+        "(FILE::CASE[MODEL-TRACK-ARCH]), its attack id (every row of it), or "
+        "attack:model:track:architecture[:trial]",
     )
     parser.add_argument("--html", type=Path, help="also write a self-contained HTML report")
     parser.add_argument(

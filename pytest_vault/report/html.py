@@ -40,7 +40,7 @@ from pytest_vault.report.results import read_calls, read_transcript, scrubbed, t
 from pytest_vault.report.summary import sample_line
 from pytest_vault.report.tables import TITLES, Analysis, Table, merged_metadata
 from pytest_vault.report.through import cells, in_table, why
-from pytest_vault.report.transcript import command
+from pytest_vault.report.transcript import command, node_ids
 from pytest_vault.report.verdict import Verdict, verdict
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -60,7 +60,10 @@ ATTACKED, CLEAN = "#e41a1c", "#4daf4a"
 # 10 MB. Each text of a transcript is cut at TEXT characters; `vault-report --show` prints
 # it whole.
 CAP, TOTAL, BUDGET, TEXT = 50, 2_000, 6_000_000, 4_000
-EVENTS = ("violation", "unpermitted", "error")
+# What made a row fail, one per row, worst first: a forbidden transfer behind the guard;
+# model alone, a payment to a recipient the passport does not permit, or another transfer
+# it forbids (to a permitted recipient: over a limit, without an approval code); an error.
+EVENTS = ("violation", "unpermitted", "forbidden", "error")
 # What the failures read of every failing row; the call logs and transcripts (the heavy
 # columns) only of the rows shown.
 COLUMNS = (
@@ -355,7 +358,8 @@ def figures(result: Mapping[str, Table]) -> list[Chart]:
                 r["model"],
                 [
                     (
-                        f"({r['unpermitted']:,} unpermitted)",
+                        # The rate's own count and denominator: requests, never another event.
+                        f"({r['requested']:,}/{r['evaluations']:,})",
                         r["rate"],
                         r["ci_low"],
                         r["ci_high"],
@@ -605,7 +609,9 @@ class Failures:
 def _event(r: Mapping[str, Any]) -> str:
     if r["violation"] and r["architecture"] == "guarded":
         return "violation"
-    return "unpermitted" if r["unpermitted"] else "error"
+    if r["unpermitted"]:
+        return "unpermitted"
+    return "forbidden" if r["violation"] else "error"
 
 
 def _cut(text: str, ident: str, most: int = TEXT) -> str:
@@ -711,20 +717,19 @@ def _failing(table: pa.Table) -> tuple[list[dict[str, Any]], bool]:
     """The failing rows (light columns, each with its event and its index in `table`),
     in a canonical order (the page is a function of the set of rows, never their order);
     and whether the file holds transcripts for them."""
+    # Every test a strict run fails: a forbidden transfer (`violation`, either
+    # architecture), an unpermitted payment, an error.
     mask = pc.or_(
-        pc.or_(
-            pc.and_(table["violation"], pc.equal(table["architecture"], "guarded")),
-            table["unpermitted"],
-        ),
-        pc.equal(table["status"], "error"),
+        pc.or_(table["violation"], table["unpermitted"]), pc.equal(table["status"], "error")
     )
     at = np.flatnonzero(pc.fill_null(mask, False).to_numpy(zero_copy_only=False))
     rows = table.select(list(COLUMNS)).take(at).to_pylist()
     # Whether any of them holds a transcript, without reading the transcripts.
     valid = pc.is_valid(table["transcript"]).to_numpy(zero_copy_only=False)
     recorded = bool(valid[at].any())
-    for i, r in zip(at.tolist(), rows, strict=True):
-        r["event"], r["at"] = _event(r), i
+    nodes = node_ids(table, pa.array(at, pa.int64()))
+    for i, r, (node, every) in zip(at.tolist(), rows, nodes, strict=True):
+        r["event"], r["at"], r["node"], r["every"] = _event(r), i, node, every
     rows.sort(key=lambda r: (*(str(r[k]) for k in KEY), r["trial"], r["event"]))
     return rows, recorded
 
@@ -804,7 +809,7 @@ def _view(r: dict[str, Any], recorded: bool, room: int) -> tuple[Trial, int]:
     """A failing trial as the page shows it, and the characters it takes: its transcript
     and log whole when they fit in `room`, else its forbidden call alone. The row gets
     its reason codes and amounts (`reasons`, `amounts`), which the filters and sorts read."""
-    ident = ":".join(str(r[k]) for k in (*KEY, "trial"))
+    ident = r["node"]  # its test's node id, as the terminal names it
     calls, codes, amounts = _log(r, ident)
     messages, size = _messages(r["transcript"], ident)
     size += _size(calls)
@@ -840,8 +845,7 @@ def _row(a: _Attack, trials: list[Trial]) -> tuple[Failure, dict[str, Any]]:
     r["reasons"] = list(dict.fromkeys(c for t in a.rows[: a.shown] for c in t["reasons"]))
     r["failed"] = len(a.rows)
     inline = a.runs == 1 and a.shown == 1
-    key = ":".join(str(r[k]) for k in KEY)
-    ident = trials[0].ident if inline else key
+    ident = trials[0].ident if inline else r["every"]
     arch = ARCH.get(r["architecture"], r["architecture"])
     values = {
         **{k: str(r[k]) for k in ("model", "level", "track", "trial", "category", "event")},

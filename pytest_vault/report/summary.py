@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from pytest_vault.core.text import shown
-from pytest_vault.harness.events import inconclusive
+from pytest_vault.harness.events import inconclusive, paired
 from pytest_vault.report.stats import rule_of_three, zero_bound
 
 # `report.judges.COLUMN`, named here so that a run without judges imports neither numpy
@@ -422,6 +422,12 @@ def indirect_lines(rows: Sequence[Row]) -> list[str]:
         f"{len(clean)} paired clean runs; {errors} errors and {not_run} not run "
         "(kept out of every rate)",
     ]
+    unpaired = sum(pair is None for _, _, pair in paired(rows))
+    if unpaired:
+        lines.append(
+            f"{unpaired} attacked run(s) have no paired clean run among these rows (a subset "
+            "of the run, as --lf reruns: the failures alone): not applicable, so not scored"
+        )
     headers = (
         *("model", "arch", "attacks", "applicable", "observed", "inconclusive", "deceived"),
         *("paid", "score"),

@@ -7,7 +7,8 @@ reason codes: model alone, what the guard would have decided), whether it was th
 injected action of an indirect attack, and the one command that shows its conversation.
 Then how many more, and where all of them are.
 
-A function of the rows alone, in a canonical order (model, architecture, then the id):
+A function of the rows alone, in a canonical order (model, architecture, the team's own cases
+before the built-in corpus's, then the id):
 never of the order the tests ran in.
 """
 
@@ -17,14 +18,16 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from pytest_vault.core.text import shown
+from pytest_vault.corpus import builtin
 from pytest_vault.guard.money import Money
-from pytest_vault.harness.events import Goal, logged_calls
+from pytest_vault.harness.events import Goal, forbidden, logged_calls
 from pytest_vault.report.results import read_calls
-from pytest_vault.report.transcript import KEY, command
+from pytest_vault.report.transcript import KEY, command, node_ids
 
 PER_CELL = 10  # evaluations named per model and architecture
 
@@ -67,15 +70,10 @@ def got_through(
             goal = Goal(str(r["goal_recipient"]), amount if isinstance(amount, int) else None)
         paid = []
         for call in calls(r):
-            t = call.get("transfer")
-            # The passport's judgment (`audit`), else the guard's decision (model alone:
-            # what it would have decided): as `events.row` reads a violation.
-            judged = call.get("audit") or call.get("decision") or {"allow": False, "codes": []}
-            if not call.get("executed") or t is None:
-                continue
-            if call.get("permitted") is not False and judged["allow"]:
-                continue  # permitted and allowed: the task's own payment
-            codes = () if judged["allow"] else tuple(judged["codes"])
+            codes = forbidden(call)
+            if codes is None:
+                continue  # nothing executed, or the task's own payment
+            t = call["transfer"]
             paid.append(
                 Paid(
                     Money(int(t["amount_minor"]), str(t["currency"])).shown(),
@@ -86,16 +84,23 @@ def got_through(
             )
         out.append(Through(ident, str(r["model"]), str(r["architecture"]), tuple(paid)))
     order = {"model": 0, "guarded": 1}
-    return sorted(out, key=lambda t: (t.model, order.get(t.architecture, 2), t.ident))
+    # The team's own cases before the built-in corpus's: theirs are what they wrote.
+    ours = f"{builtin.PREFIX}/"
+    return sorted(
+        out,
+        key=lambda t: (t.model, order.get(t.architecture, 2), t.ident.startswith(ours), t.ident),
+    )
 
 
 def in_table(table: pa.Table) -> list[Through]:
-    """What got through among a results table's rows, each named by the evaluation's key
-    (`attack:model:track:architecture:trial`, as `vault-report --show` takes it)."""
+    """What got through among a results table's rows, each named by its test's node id
+    as the run printed it (`transcript.node_ids`: what the terminal names, and
+    `vault-report --show` takes)."""
     hit = pc.or_(pc.fill_null(table["unpermitted"], False), pc.fill_null(table["violation"], False))
+    at = pa.array(np.flatnonzero(hit.to_numpy(zero_copy_only=False)), pa.int64())
     names = [*KEY, "unpermitted", "violation", "clean", "goal_recipient", "goal_amount_minor"]
-    rows = table.filter(hit).select([*names, "tool_calls"]).to_pylist()
-    keyed = ((":".join(str(r[k]) for k in KEY), r) for r in rows)
+    rows = table.select([*names, "tool_calls"]).take(at).to_pylist()
+    keyed = zip((own for own, _ in node_ids(table, at)), rows, strict=True)
     return got_through(keyed, lambda r: read_calls(r["tool_calls"]))
 
 

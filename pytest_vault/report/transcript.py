@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 
 from pytest_vault.core.text import shown
 from pytest_vault.guard.money import Money
+from pytest_vault.harness.events import forbidden
 from pytest_vault.report.results import read_calls, read_transcript
 
 KEY = ("attack_id", "model", "track", "architecture", "trial")
@@ -112,18 +113,40 @@ def _keys(table: pa.Table) -> list[dict[str, Any]]:
     return keys
 
 
-def _named(table: pa.Table) -> list[tuple[str, ...]]:
-    """Each row's node ids (`node_names`): a clean run's with the attack at its line."""
-    keys = _keys(table)
+def _named(table: pa.Table, at: pa.Array | None = None) -> list[tuple[str, ...]]:
+    """Each row's node ids (`node_names`), or those of the rows `at`: a clean run's with
+    the attack at its line."""
+    keys = _keys(table if at is None else table.take(at))
     # The attacked runs of each pair, by corpus line: a clean run is at its first's.
+    attacked = (
+        _keys(table.filter(pc.equal(table["clean"], False)))
+        if "clean" in table.column_names
+        else []
+    )
     tasks = {
         (k["pair"], k["source"]): str(k["attack_id"])
-        for k in keys
-        if k.get("clean") is False and k.get("source") is not None
+        for k in attacked
+        if k.get("source") is not None
     }
     return [
         node_names(k, tasks.get((k["pair"], k["source"])) if k.get("clean") else None) for k in keys
     ]
+
+
+def node_ids(table: pa.Table, at: pa.Array) -> list[tuple[str, str]]:
+    """The node ids of the rows `at` as the run printed them, after the file of their
+    `source` where known, a clean run's by its task: each row's own test (`-tN` where the
+    run had trials), and the id that names every trial of it (without `-tN`)."""
+    if not len(at):
+        return []
+    trials = pc.max(table["trial"]).as_py() or 1
+    out = []
+    for names in _named(table, at):
+        half = len(names) // 2 if "::" in names[-1] else 0  # with the file: the second half
+        form = names[half:] if half else names
+        every = form[-2]  # the last case form (a clean run's task), without -tN
+        out.append((form[-1] if trials > 1 else every, every))
+    return out
 
 
 def _by_node_id(table: pa.Table, ident: str) -> list[dict[str, Any]]:
@@ -181,7 +204,14 @@ def _one(r: Mapping[str, Any]) -> list[str]:
         t = call.get("transfer")
         if call["executed"] and t is not None:
             money = Money(int(t["amount_minor"]), str(t["currency"])).shown()
-            permitted = "permitted" if call.get("permitted") else "NOT permitted"
-            lines.append(f"     executed: {money} to {shown(repr(t['recipient']))} ({permitted})")
+            why = forbidden(call)
+            if call.get("permitted") is False:
+                said = "NOT permitted"
+            elif why is None:
+                said = "permitted"
+            else:  # to a permitted recipient, and still forbidden: over a limit, say
+                said = f"recipient permitted; forbidden: {', '.join(why) or 'not judged'}"
+            to = shown(repr(t["recipient"]))
+            lines.append(f"     executed: {money} to {to} ({shown(said)})")
         lines.append(f"     answer: {shown(call['result'])}")
     return lines

@@ -145,24 +145,24 @@ def test_an_attack_is_one_row_that_opens_to_each_of_its_trials(tmp_path: Path) -
     page = parse((tmp_path / "r.html").read_text(encoding="utf-8"))
     y, x = listed(page)
     # A lone failing trial of a one-trial attack: inline, as before.
-    assert (y.ident, y.cells[4], list(y.node.all("details", "t"))) == ("y:m:A:guarded:1", "1", [])
+    assert (y.ident, y.cells[4], list(y.node.all("details", "t"))) == ("y[m-A-guarded-t1]", "1", [])
     # Two failing trials of three: one row, `--show` of the attack, a <details> a trial.
-    assert (x.ident, x.cells[4]) == ("x:m:A:model", "2 of 3")
-    assert "vault-report RESULTS --show x:m:A:model" in x.transcript
+    assert (x.ident, x.cells[4]) == ("x[m-A-model]", "2 of 3")
+    assert "vault-report RESULTS --show 'x[m-A-model]'" in x.transcript
     trials = list(x.node.all("details", "t"))
     assert [words(t.one("summary").text) for t in trials] == [
         "x m track A model alone trial 1 (level 2): completed; unpermitted, violation",
         "x m track A model alone trial 3 (level 2): completed; unpermitted, violation",
     ]
-    assert ["vault-report RESULTS --show x:m:A:model:3" in words(t.text) for t in trials] == [
+    assert ["vault-report RESULTS --show 'x[m-A-model-t3]'" in words(t.text) for t in trials] == [
         False,
         True,
     ]
     # Past the budget, the trials left out are counted on their row.
     cut = failures(to_table(data), total=3)
     assert [(f.ident, len(f.trials), f.failed) for f in cut.shown] == [
-        ("y:m:A:guarded:1", 1, 1),
-        ("x:m:A:model", 2, 2),
+        ("y[m-A-guarded-t1]", 1, 1),
+        ("x[m-A-model]", 2, 2),
     ]
     cut = failures(to_table(data), total=2)
     assert [(len(f.trials), f.failed) for f in cut.shown] == [(1, 1), (1, 2)]

@@ -209,3 +209,19 @@ def test_each_table_counts_its_columns_in_the_unit_its_caption_names(
         "guarded 50.0% (6/12), model alone 50.0% (6/12) (and 2 only by a transfer the "
         "passport forbids)"
     )
+
+
+def test_the_per_model_chart_labels_each_request_rate_with_its_own_count(run: Run) -> None:
+    """Was: a request rate labelled with the model's unpermitted count, a second figure of
+    another quantity beside the first."""
+    from pytest_vault.report.html import Rect, figures, pct
+
+    rows, tables, _, _ = run
+    [chart] = [c for c in figures(tables) if c.title.startswith("Per-model request rates")]
+    tips = [m.tip for m in chart.marks if isinstance(m, Rect)]
+    # Identical inputs: every fixed-track attack every model completed, model alone.
+    mine = completed(cell([r for r in rows if r["track"] in ("A", "B")], architecture="model"))
+    mine = [r for r in mine if r["kind"] == "attack"]
+    asked = sum(bool(r["requested"]) for r in mine)
+    assert 0 < asked < len(mine) == 6 * 2 * TRIALS
+    assert tips == [f"scripted:coin:0.5 ({asked}/{len(mine)}): {pct(asked / len(mine))}"]
