@@ -42,6 +42,7 @@ from pytest_vault.report.results import (
 )
 from pytest_vault.report.summary import sample_line
 from pytest_vault.report.tables import RESAMPLES, SEED, Analysis, Bootstrap, merged_metadata
+from pytest_vault.report.through import in_table, lines
 from pytest_vault.report.verdict import verdict
 
 PLAN_KEYS = ("planned", "planned_run")
@@ -255,6 +256,10 @@ def _run(loaded: Loaded, args: argparse.Namespace, outputs: _Outputs) -> int:
         head = "\n".join(found.lines) + "\n\n"
         head += f"{shown(sample_line(sample))}\n\n" if sample else ""
         head += f"{note}\n\n" if note else ""
+        # What got through, as the run's summary ended: the tables below only count it.
+        results = str(args.files[0]) if len(args.files) == 1 else "RESULTS"
+        through = lines(in_table(table), results, None if args.html is None else str(args.html))
+        head += "\n".join(through) + "\n\n" if through else ""
         write_out(head + render_text(for_people(result), wide=args.wide))
     if page is not None:
         outputs.write("--html", args.html, lambda: _write(args.html, page))

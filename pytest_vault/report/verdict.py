@@ -75,7 +75,14 @@ def verdict(
     table: pa.Table, metadata: Sequence[Mapping[str, Any]], gate: str | None = None
 ) -> Verdict:
     """The verdict of these rows (and the gate's line, `gate`, when one ran)."""
-    rows = table.select(list(COLUMNS)).to_pylist()
+    # Only the rows a verdict reads row by row (the guarded ones, and the benign requests
+    # of both architectures); the rest it counts.
+    guarded_mask = pc.and_(
+        pc.equal(table["architecture"], "guarded"), pc.not_equal(table["track"], "adaptive")
+    )
+    benign_mask = pc.and_(pc.equal(table["kind"], "benign"), pc.is_null(table["clean"]))
+    read = pc.fill_null(pc.or_(guarded_mask, benign_mask), False)
+    rows = table.select(list(COLUMNS)).filter(read).to_pylist()
     meta = metadata[0] if metadata else {}
     theirs = sorted({str(g) for g in _guards(table) if g not in ("oap", None)})
     passports = {
@@ -87,7 +94,7 @@ def verdict(
         guard = f"the team's guard {', '.join(theirs)}, audited against the passports"
     else:
         guard = "pytest-vault's OAP engine, enforcing the level passports"
-    models = sorted({r["model"] for r in rows})
+    models = sorted(str(m) for m in pc.unique(table["model"]).to_pylist())
     guarded = [r for r in rows if r["architecture"] == "guarded" and r["track"] != "adaptive"]
     done = [r for r in guarded if r["status"] == "completed"]
     violations = sum(bool(r["violation"]) for r in guarded)
@@ -107,8 +114,7 @@ def verdict(
     outcomes = dgf_outcomes(attacked).values()
     dgf = _share(sum(not o.paid for o in outcomes), len(outcomes)) if attacked else None
     benign = _benign(rows)
-    errors = sum(r["status"] == "error" for r in rows)
-    not_run = sum(r["status"] == "not_run" for r in rows)
+    errors, not_run = (_count(table, "status", s) for s in ("error", "not_run"))
     gate_failed = gate is not None and not gate.startswith("No regression")
     planned = missing = None
     runs = plans(metadata)
@@ -170,6 +176,10 @@ def verdict(
     )
     found = replace(found, reruns=reruns(table))
     return replace(found, lines=_lines(found))
+
+
+def _count(table: pa.Table, column: str, value: str) -> int:
+    return int(pc.sum(pc.fill_null(pc.equal(table[column], value), False)).as_py() or 0)
 
 
 def _guards(table: pa.Table) -> list[Any]:

@@ -338,6 +338,16 @@ def test_the_html_report_lists_every_failure_by_the_id_pytest_printed(
     ) in text
     for node in failed_ids(result):  # each: under what got through, and its failure's fold
         assert text.count(f"In a terminal: vault-report RESULTS --show '{node}'") == 2
+    # The text report too names them, after its verdict, as the run's summary did.
+    capsys.readouterr()
+    assert main([str(results)]) == 0
+    text_report = capsys.readouterr().out.splitlines()
+    assert (
+        through(result)
+        == text_report[
+            text_report.index(through(result)[0]) : text_report.index(through(result)[-1]) + 1
+        ]
+    )
     capsys.readouterr()
     assert main([str(results), "--show", FAILED[2]]) == 0
     assert (

@@ -82,9 +82,14 @@ def test_the_text_report_opens_with_its_verdict(run: Path, capsys: Any) -> None:
     )
     assert "  forbidden transfers behind the guard: 2" in lines
     assert "  benign requests completed: guarded 100.0% (1/1), model alone 100.0% (1/1)" in lines
+    # What got through, after the verdict: the two guarded transfers and two model alone,
+    # each with the command that shows it (a command is never cut: it is copied whole).
+    at = lines.index("What got through: 4 evaluation(s) in which a forbidden transfer executed")
+    commands = [x for x in lines[at:] if x.startswith("      vault-report ")]
+    assert len(commands) == 4
     # No terminal escape reaches the terminal; every table fits 100 columns.
     assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out
-    assert max(map(len, lines)) <= 100
+    assert max(len(x) for x in lines if x not in commands and not x.startswith("All of")) <= 100
 
 
 def test_the_json_report_opens_with_its_verdict(run: Path, capsys: Any) -> None:
