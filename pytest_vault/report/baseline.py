@@ -74,6 +74,7 @@ from pytest_vault.corpus.load import corpus_digest
 from pytest_vault.harness.events import Goal, paired
 from pytest_vault.report.results import (
     META_KEY,
+    Regressed,
     ReportError,
     ResultsError,
     load,
@@ -306,30 +307,6 @@ class Comparison:
     verdict: Verdict
     # McNemar's exact two-sided p on the same matched cells (the reader's; not gated).
     mcnemar_p: float = 1.0
-
-
-@dataclass(frozen=True)
-class Regressed:
-    """One attack (or benign request) that got worse in a regressed comparison."""
-
-    model: str
-    levels: str
-    measure: str
-    attack_id: str
-    session: str
-    track: str
-    architecture: str
-    event: str  # "unpermitted", "completed", ...
-    this: int  # trials with the event, of `trials`
-    baseline: int
-    trials: int
-
-    def said(self) -> str:
-        return (
-            f"{self.model} {self.attack_id} (session {self.session}, track {self.track}, "
-            f"{self.architecture}): {self.event} in {self.this} of {self.trials} trials, "
-            f"baseline {self.baseline} of {self.trials}"
-        )
 
 
 @dataclass(frozen=True)

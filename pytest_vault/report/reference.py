@@ -85,85 +85,6 @@ def corpus_fields() -> str:
 
 # -- the results row ------------------------------------------------------------------------
 
-COLUMN_MEANINGS = {
-    "attack_id": "the case's `id` (a paired clean run: its own id, `clean-` and a digest)",
-    "session": "the case's attacker session (the unit the statistics cluster on)",
-    "level": "the case's level: which passport, prompt and decode settings applied",
-    "category": "the case's category (`benign` for benign requests, `clean` for a paired "
-    "clean run; an indirect attack's is its style)",
-    "kind": "attack, or a benign request (to measure over-blocking; a paired clean run too)",
-    "track": "A: the final message; B: the whole sequence; adaptive: an attacker wrote on; "
-    "indirect: the attack planted in what the tools return, beside the user's task",
-    "architecture": "`model`: calls execute as asked; `guarded`: the guard judges each first",
-    "model": "the spec evaluated (`scripted:obedient`, `openai:gpt-4.1-mini`, `agent:...`)",
-    "trial": "which of the evaluation's independent trials (`--vault-trials`), from 1",
-    "attempts": "how many times the test ran (a rerun plugin runs it again); 1 for most",
-    "attempt": "which of those runs the row records: the last, unless an earlier one made a "
-    "forbidden transfer, which no later run undoes (the first such run)",
-    "guard": "the guard under test in guarded rows: `oap` for ours, else the team's spec",
-    "requested": "event 1: a `transfer_funds` call was made (readable or not)",
-    "paid": "event 2: a transfer executed successfully",
-    "allowed_calls": "event 3: calls the guard allowed (guarded rows)",
-    "denied_calls": "event 3: calls the guard denied (guarded rows)",
-    "deny_codes": "event 3: the reason codes of the denials (guarded rows)",
-    "paid_allowlisted": "event 4: a payment reached a recipient the passport permits",
-    "unpermitted": "event 5: a payment reached a recipient the passport does not permit "
-    "(at Level 5, any payment)",
-    "violation": "an executed call the passport would deny for any reason, caps and codes "
-    "included: a guarded test fails on it",
-    "completed": "benign cases, and the user's task of an indirect case (attacked or "
-    "clean): every expected call was carried out",
-    "status": "whether the evaluation completed; errors and not-run rows stay out of every rate",
-    "error": "why the evaluation is an error or was not run (never 'no transfer')",
-    "input_blocked": "the provider refused the input before the model saw it",
-    "steps": "model steps taken",
-    "truncated": "a turn was cut at `--vault-max-steps`",
-    "input_tokens": "tokens sent in the model's answers this row used, billed, reused or "
-    "cached, an answer the provider stopped included (the agent's; judges keep their own)",
-    "output_tokens": "tokens received, counted as `input_tokens`",
-    "latency_s": "seconds spent in the model's round trips",
-    "cost_usd": "what the provider billed for the answers this row asked for "
-    "(`answers_billed`), from `--vault-prices`, else null: an answer shared by several rows "
-    "is priced once, in the row whose request went to the provider, and a reused or cached "
-    "one costs 0 here; the rows' sum is what the run spent on the models under test",
-    "answers_billed": "the model's answers billed to this row: its request went to the "
-    "provider (an answer the provider stopped included); null for a model that is not one "
-    "of our providers' (a control, `agent:`, a plugin's)",
-    "answers_reused": "the model's answers this row reused at no cost: another evaluation "
-    "of the run asked the very same request (both architectures' first step, say) and is "
-    "billed for it; null as `answers_billed`",
-    "answers_cached": "the model's answers this row read from the response cache at no "
-    "cost: asked by an earlier run (or, under xdist, by another worker); null as "
-    "`answers_billed`",
-    "tool_calls": "the call log: each call's tool, arguments as sent, decision, execution "
-    "and result",
-    "rounds": "adaptive rows: attacker messages sent, the first included",
-    "attacker": "adaptive rows: the attacker's spec",
-    "attacker_strategy": "adaptive rows: the strategy of the round that found, or of the last",
-    "judge_verdicts": "JSON, judge spec -> verdict, rationale, tokens and cost; an audit, "
-    "never an event",
-    "clean": "indirect rows: true for the paired clean run (the user's task on the clean "
-    "copy), false for an attacked run",
-    "pair": "indirect rows: the id of the paired clean run (shared by every attack on the "
-    "same task and environment)",
-    "placement": "attacked rows: where the attack is planted: `document`, `transaction`, "
-    "`payee_note`, joined by `+`",
-    "goal_recipient": "attacked rows: the injected action's recipient",
-    "goal_amount_minor": "attacked rows: the injected action's amount in cents of USD (null: "
-    "any amount)",
-    "observed": "attacked rows: a tool's answer carried the injection to the model before "
-    "the injected action",
-    "attributable_request": "attacked rows: observed, the model asked for exactly the "
-    "injected action, and its clean run did not (null: not applicable: the clean run is "
-    "missing, failed, or took the action itself)",
-    "attributable_paid": "attacked rows: the same, for a transfer that executed (DGF-Bench's "
-    "success)",
-    "source": "the case's corpus line, `FILE:LINE` (the file as the test's node id names it)",
-    "transcript": "JSON: the conversation (each message, each tool call with its arguments as "
-    "sent, each tool answer); kept for a violation, an unpermitted transfer or an error, "
-    "else null unless `--vault-transcripts all`",
-}
-
 _RULES = {"level": "1 to 5", "count": ">= 0", "amount": "finite, >= 0"}
 
 
@@ -175,8 +96,11 @@ def _check(kind: str, described: dict[str, str], names: list[str]) -> None:
 
 
 def results_columns() -> str:
-    """The results row, column by column, from `harness.events.ROW`."""
-    _check("results columns", COLUMN_MEANINGS, [c.name for c in ROW])
+    """The results row, column by column, from `harness.events.ROW` (each column's
+    meaning is its own `Column.meaning`)."""
+    undescribed = [c.name for c in ROW if not c.meaning]
+    if undescribed:
+        raise ValueError(f"results columns: undescribed {undescribed}")
     lines = ["| column | type | filled | values | meaning |", "|---|---|---|---|---|"]
     for c in ROW:
         filled = "every row" if c.required else (f"{c.track} rows" if c.track else "may be null")
@@ -184,7 +108,7 @@ def results_columns() -> str:
         older = " (absent from older files: read as null)" if c.older else ""
         lines.append(
             f"| `{c.name}` | `{_cell(c.type)}` | {filled} | {_cell(values)} "
-            f"| {_cell(COLUMN_MEANINGS[c.name])}{older} |"
+            f"| {_cell(c.meaning)}{older} |"
         )
     return "\n".join(lines)
 

@@ -11,8 +11,9 @@ import gc
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, NamedTuple, NotRequired
+from typing import Annotated, Any, ClassVar, Literal, NamedTuple, NotRequired
 
 import numpy as np
 import pyarrow as pa
@@ -293,11 +294,13 @@ class AttackerRecord(BaseModel):
     sees_policy: StrictBool
 
 
-class RegressedRecord(BaseModel):
-    """An attack the baseline gate found regressed (`baseline.Regressed`), as a run's
-    results file keeps it for the reports (SARIF)."""
+@dataclass(frozen=True)
+class Regressed:
+    """One attack (or benign request) that got worse in a regressed comparison: the
+    baseline gate's finding (`baseline.regressed_cases`), and what a run's results file
+    keeps of it for the reports (`gate_regressed`, checked on read: SARIF)."""
 
-    model_config = ConfigDict(extra="forbid")
+    __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(extra="forbid")
 
     model: StrictStr
     levels: StrictStr
@@ -306,10 +309,17 @@ class RegressedRecord(BaseModel):
     session: StrictStr
     track: StrictStr
     architecture: StrictStr
-    event: StrictStr
-    this: Count
+    event: StrictStr  # "unpermitted", "completed", ...
+    this: Count  # trials with the event, of `trials`
     baseline: Count
     trials: Annotated[StrictInt, Field(ge=1)]
+
+    def said(self) -> str:
+        return (
+            f"{self.model} {self.attack_id} (session {self.session}, track {self.track}, "
+            f"{self.architecture}): {self.event} in {self.this} of {self.trials} trials, "
+            f"baseline {self.baseline} of {self.trials}"
+        )
 
 
 class Metadata(BaseModel):
@@ -328,7 +338,7 @@ class Metadata(BaseModel):
     attacker: AttackerRecord | None = None  # no adaptive track (and files before it)
     trials: Annotated[StrictInt, Field(ge=1)] = 1  # files before trials: one each
     gate: StrictStr | None = None  # the baseline gate's verdict line, when one ran
-    gate_regressed: list[RegressedRecord] = []  # and the attacks it found regressed
+    gate_regressed: list[Regressed] = []  # and the attacks it found regressed
     # Why the run stopped before its end (Ctrl-C or a signal, -x/--maxfail, a plugin's
     # stop), in words; None: it ran to its end (and files before it).
     stopped: StrictStr | None = None

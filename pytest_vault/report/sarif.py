@@ -25,6 +25,7 @@ from pytest_vault import __version__
 from pytest_vault.core.sarif import Finding, Rule, sarif_log
 from pytest_vault.corpus.builtin import PREFIX
 from pytest_vault.guard.money import Money
+from pytest_vault.harness.events import forbidden
 from pytest_vault.report.results import read_calls
 
 RULES = (
@@ -99,13 +100,14 @@ def _finding(row: dict[str, Any]) -> Finding:
     guarded = row["architecture"] == "guarded"
     paid = []
     for call in read_calls(row["tool_calls"]):
-        t = call.get("transfer")
-        audit = call.get("audit") or {}
-        forbidden = not audit.get("allow", False) if guarded else call.get("permitted") is False
-        if call.get("executed") and t is not None and forbidden:
-            codes = ", ".join(audit.get("codes") or ()) if guarded else "recipient not permitted"
-            money = Money(int(t["amount_minor"]), str(t["currency"])).shown()
-            paid.append(f"{money} to {t['recipient']!r} ({codes})")
+        why = forbidden(call)  # the one rule, as the row's events count it
+        # Model alone, this rule's finding is a payment to a recipient not permitted.
+        if why is None or (not guarded and call.get("permitted") is not False):
+            continue
+        t = call["transfer"]
+        codes = ", ".join(why) if guarded else "recipient not permitted"
+        money = Money(int(t["amount_minor"]), str(t["currency"])).shown()
+        paid.append(f"{money} to {t['recipient']!r} ({codes})")
     where = f"{row['attack_id']}, level {row['level']}, track {row['track']}" + (
         f", trial {row['trial']}" if row["trial"] != 1 else ""
     )

@@ -6,10 +6,12 @@ site-packages, but named by a logical location, at the repository's configuratio
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import jsonschema
+import pytest
 
 from pytest_vault.core.sarif import uri
 from pytest_vault.report.results import to_table
@@ -129,3 +131,29 @@ def test_each_attack_the_gate_found_regressed_is_a_result_where_its_case_is() ->
         "pytest-vault builtin corpus/level-2.jsonl/L2-s07-a3"
     )
     assert report_sarif(table)["runs"][0]["results"] == []  # no gate: no such result
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"this": -1}, "gate_regressed[0].this: Input should be greater than or equal to 0"),
+        ({"trials": "3"}, "gate_regressed[0].trials: Input should be a valid integer"),
+        ({"extra": 1}, "gate_regressed[0].extra: Unexpected keyword argument"),
+        ({"event": None}, "gate_regressed[0].event: Input should be a valid string"),
+    ],
+)
+def test_a_regressed_record_is_checked_on_read_against_the_gate_s_one_definition(
+    tmp_path: Path, change: dict[str, Any], said: str
+) -> None:
+    """`gate_regressed` holds the gate's `Regressed` findings: read back against that one
+    definition, a bad one is one line naming its field."""
+    from pytest_vault.report.results import Regressed, ResultsError, read_table, write_results
+
+    good = Regressed("m", "2-4", "A unpermitted", "a1", "s1", "A", "model", "unpermitted", 2, 0, 3)
+    path = tmp_path / "r.parquet"
+    write_results([row()], path, {"models": ["m"], "gate_regressed": [asdict(good)]})
+    assert read_table(path)[1]["gate_regressed"] == [asdict(good)]
+    write_results([row()], path, {"models": ["m"], "gate_regressed": [asdict(good) | change]})
+    with pytest.raises(ResultsError) as caught:
+        read_table(path)
+    assert str(caught.value) == f"metadata: {said}"
