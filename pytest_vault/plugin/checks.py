@@ -5,6 +5,7 @@ usage error naming the option or config key."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -295,52 +296,31 @@ def options_of(config: pytest.Config) -> Options:
         ("A", "B", "indirect") if attacker is None else ("A", "B", "adaptive", "indirect"),
     )
     archs: tuple[Architecture, ...] = _dedup(get("vault_arch"), ("model", "guarded"))
-    return Options(
-        models=models,
-        tracks=tracks,
-        architectures=archs,
-        levels=frozenset(_dedup(get("vault_level"), (1, 2, 3, 4, 5))),
-        passports=_path(get("vault_passports")),
-        results=_path(get("vault_results")),
-        strict=get("vault_strict"),
-        max_steps=get("vault_max_steps"),
-        base_url=get("vault_base_url"),
-        concurrency=get("vault_concurrency"),
-        rpm=get("vault_rpm"),
-        tpm=get("vault_tpm"),
-        tries=get("vault_tries"),
-        timeout=get("vault_timeout"),
-        agent_timeout=get("vault_agent_timeout"),
-        cache=cache,
-        budget_usd=get("vault_budget_usd"),
-        prices=prices,
-        progress_s=get("vault_progress"),
-        shard=get("vault_shard"),
-        report=_path(get("vault_report")),
-        guard=get("vault_guard"),
-        sample=get("vault_sample"),
-        sample_benign=get("vault_sample_benign"),
-        seed=get("vault_seed"),
-        trials=get("vault_trials"),
-        transcripts=get("vault_transcripts"),
-        baseline=_path(get("vault_baseline")),
-        baseline_model=get("vault_baseline_model"),
-        baseline_any_corpus=get("vault_baseline_any_corpus"),
-        baseline_subset=get("vault_baseline_subset"),
-        baseline_out=_path(get("vault_baseline_out")),
-        plan=get("vault_plan"),
-        search=(
+    settled: dict[str, Any] = {
+        "models": models,
+        "tracks": tracks,
+        "architectures": archs,
+        "levels": frozenset(_dedup(get("vault_level"), (1, 2, 3, 4, 5))),
+        "cache": cache,
+        "prices": prices,
+        "search": (
             config.invocation_params.dir,
             *(Path(p) for p in config.getini("pythonpath")),
             config.rootpath,
         ),
-        attacker=attacker,
-        rounds=get("vault_rounds"),
-        attacker_sees_policy=get("vault_attacker_sees_policy"),
-        export_found=_path(get("vault_export_found")),
-        judges=judges,
-        specs=specs,
-    )
+        "attacker": attacker,
+        "judges": judges,
+        "specs": specs,
+    }
+    # Every other field as its option settled (the table says which is a path): a new
+    # option is one entry in the table and one field.
+    fields = {f.name for f in dataclasses.fields(Options)}
+    plain: dict[str, Any] = {
+        o.field: _path(get(o.key)) if o.is_path else get(o.key)
+        for o in OPTIONS
+        if o.field in fields and o.field not in settled
+    }
+    return Options(**plain, **settled)
 
 
 def _claimed(

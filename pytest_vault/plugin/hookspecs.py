@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from pytest_vault.harness.agent import Model
     from pytest_vault.harness.judges import Judge
     from pytest_vault.models.specs import Role, Spec
-    from pytest_vault.plugin.session import VaultSession
+    from pytest_vault.plugin.settings import VaultContext
 
 
 @pytest.hookspec(firstresult=True)
@@ -29,20 +29,32 @@ def pytest_vault_spec(spec: str, role: Role, asks: bool, config: pytest.Config) 
 
 
 @pytest.hookspec(firstresult=True)
-def pytest_vault_make_model(spec: Spec, session: VaultSession) -> Model | None:
+def pytest_vault_make_model(
+    spec: Spec, context: VaultContext, session: VaultContext
+) -> Model | None:
     """The model under test for a claimed spec (a `harness.agent.Model`), made once per
     process on the runner's event loop, on first use; None when the spec is not yours.
-    An exception is one error row per evaluation, never a traceback. `session` is the
-    run's `VaultSession` (`session.options`, `session.provider_model(text)`)."""
+    An exception is one error row per evaluation, never a traceback.
+
+    `context` (`plugin.settings.VaultContext`): the run's settings (`context.options`)
+    and factories (`context.provider_model(text)`, `context.response_cache()`,
+    `context.rate_limiter(endpoint)`), never the run's state. `session`: the same object,
+    under the name plugins written before it used (take either, or neither)."""
 
 
 @pytest.hookspec(firstresult=True)
-def pytest_vault_make_judge(spec: Spec, session: VaultSession) -> Judge | None:
+def pytest_vault_make_judge(
+    spec: Spec, context: VaultContext, session: VaultContext
+) -> Judge | None:
     """A `--vault-judge` (a `harness.judges.Judge`) for a claimed spec; an exception
-    makes its every verdict unreadable, with why."""
+    makes its every verdict unreadable, with why. `context`, `session`: as for
+    `pytest_vault_make_model`."""
 
 
 @pytest.hookspec(firstresult=True)
-def pytest_vault_make_attacker(spec: Spec, session: VaultSession) -> Attacker | None:
+def pytest_vault_make_attacker(
+    spec: Spec, context: VaultContext, session: VaultContext
+) -> Attacker | None:
     """A `--vault-attacker` (a `harness.adaptive.Attacker`) for a claimed spec; an
-    exception makes each adaptive evaluation an error row."""
+    exception makes each adaptive evaluation an error row. `context`, `session`: as for
+    `pytest_vault_make_model`."""

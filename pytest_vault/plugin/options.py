@@ -35,6 +35,15 @@ from pytest_vault.plugin.convert import (
 )
 
 DEFAULT_CACHE = ".vault-cache"
+# The options whose `Options` field is named otherwise than the option.
+RENAMED = {
+    "model": "models",
+    "track": "tracks",
+    "arch": "architectures",
+    "level": "levels",
+    "judge": "judges",
+    "progress": "progress_s",
+}
 # A list in the config file for an option of one value: pytest 9 warns, pytest 10 refuses.
 NOT_A_LIST = "expected one value, not a list"
 # Trials per evaluation, at most: a bound, so a typo (`--vault-trials 300`) is said, not run.
@@ -68,6 +77,17 @@ class Option:
     def key(self) -> str:
         """The argparse dest and the config-file key."""
         return self.flag.removeprefix("--").replace("-", "_")
+
+    @property
+    def field(self) -> str:
+        """The `settings.Options` field it settles into (most: its key without `vault_`)."""
+        name = self.key.removeprefix("vault_")
+        return RENAMED.get(name, name)
+
+    @property
+    def is_path(self) -> bool:
+        """A file or folder: settled as an absolute `Path`."""
+        return bool(getattr(self.convert, "is_path", False))
 
     @property
     def usage(self) -> str:
@@ -419,6 +439,13 @@ OPTIONS: tuple[Option, ...] = (
         metavar="builtin|PATH",
     ),
 )
+
+
+def default(field: str) -> Any:
+    """The default of the option that settles into `field` (`settings.Options`): the one
+    the table states, so that `--help` and the run cannot disagree."""
+    [value] = [o.default for o in OPTIONS if o.field == field]
+    return value
 
 
 def add_options(parser: pytest.Parser) -> None:

@@ -8,7 +8,7 @@ that collects no corpus (or `pytest --help`) pays nothing for them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from pytest_vault.harness.judges import Judge, Verdict
     from pytest_vault.harness.levels import Level
     from pytest_vault.harness.yours import Loader
+    from pytest_vault.models.cache import ResponseCache
     from pytest_vault.models.providers import ProviderModel, Stats
     from pytest_vault.models.ratelimit import RateLimiter, Spend
     from pytest_vault.models.specs import Role, Spec
@@ -35,7 +36,7 @@ import pytest
 from pytest_vault.core.text import safe, shown
 from pytest_vault.plugin.corpora import Corpora
 from pytest_vault.plugin.rows import RowStore, TableRows
-from pytest_vault.plugin.settings import Job, Options
+from pytest_vault.plugin.settings import Job, Options, VaultContext
 
 # Distinct (name, value) user properties shared between tests, at most.
 SHARED_PROPERTIES = 4096
@@ -78,7 +79,8 @@ class VaultSession:
     _providers: dict[str, ProviderModel] = field(default_factory=dict)
     _levels: dict[int, Level] | None = None
     _models: dict[str, Model] = field(default_factory=dict)
-    _limiters: dict[tuple[str, str], RateLimiter] = field(default_factory=dict)
+    _limiters: dict[Hashable, RateLimiter] = field(default_factory=dict)
+    _context: VaultContext | None = None
     _runner: Runner[Job, dict[str, Any]] | None = None
     _spend: Spend | None = None
     _stats: Stats | None = None
@@ -147,7 +149,8 @@ class VaultSession:
 
             self.hook = own_hooks()
         make = getattr(self.hook, f"pytest_vault_make_{role}")
-        made = make(spec=self.spec(text), session=self)
+        # `session`: the same context, under the name plugins written before it used.
+        made = make(spec=self.spec(text), context=self.context, session=self.context)
         if made is None:
             raise LookupError(f"no plugin makes this {role}")
         return made
@@ -163,28 +166,44 @@ class VaultSession:
                 self._models[spec] = Unavailable(spec, reason)
         return self._models[spec]
 
+    @property
+    def context(self) -> VaultContext:
+        """What the make hooks are handed: the settings and the factories, not the run."""
+        if self._context is None:
+            self._context = VaultContext(
+                self.options, self.provider_model, self.response_cache, self.rate_limiter
+            )
+        return self._context
+
+    def response_cache(self) -> ResponseCache | None:
+        from pytest_vault.models.cache import ResponseCache
+
+        return ResponseCache(self.options.cache) if self.options.cache else None
+
+    def rate_limiter(self, endpoint: Hashable) -> RateLimiter:
+        from pytest_vault.models.ratelimit import RateLimiter
+
+        if endpoint not in self._limiters:
+            self._limiters[endpoint] = RateLimiter(self.options.rpm, self.options.tpm)
+        return self._limiters[endpoint]
+
     def provider_model(
         self, spec: str, *, judge: bool = False, keyless: bool = False
     ) -> ProviderModel:
         """One of our providers' models, its requests limited, cached, priced and counted
         with the run's. `judge`: a judge's model, kept out of the models' decode record (a
         judge may share its spec with a model under test). `keyless`: never asked."""
-        from pytest_vault.models.cache import ResponseCache
         from pytest_vault.models.providers import ProviderModel, Retry, make_wire
-        from pytest_vault.models.ratelimit import RateLimiter
         from pytest_vault.models.specs import parse_spec
 
         opts = self.options
         parsed = parse_spec(spec)
         wire = make_wire(parsed, opts.base_url, opts.timeout, keyless=keyless)
-        endpoint = (wire.provider, wire.base_url)
-        if endpoint not in self._limiters:
-            self._limiters[endpoint] = RateLimiter(opts.rpm, opts.tpm)
         model = ProviderModel(
             parsed,
             wire,
-            cache=ResponseCache(opts.cache) if opts.cache else None,
-            limiter=self._limiters[endpoint],
+            cache=self.response_cache(),
+            limiter=self.rate_limiter((wire.provider, wire.base_url)),
             spend=self.spend,
             retry=Retry(tries=opts.tries),
             stats=self.stats,

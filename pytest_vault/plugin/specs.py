@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from pytest_vault.harness.adaptive import Attacker
     from pytest_vault.harness.agent import Model
     from pytest_vault.harness.judges import Judge
-    from pytest_vault.plugin.session import VaultSession
+    from pytest_vault.plugin.settings import VaultContext
 
 OPTION: dict[Role, str] = {
     "model": "--vault-model",
@@ -111,17 +111,17 @@ class Builtin:
         return our_spec(spec, role, config.getoption("vault_base_url", None), asks=asks)
 
     @pytest.hookimpl(trylast=True)
-    def pytest_vault_make_model(self, spec: Spec, session: VaultSession) -> Model | None:
+    def pytest_vault_make_model(self, spec: Spec, context: VaultContext) -> Model | None:
         if not ours(spec):
             return None
         if spec.offline:
             from pytest_vault.harness.controls import control
 
-            return control(spec.text, seed=session.options.seed)
-        return session.provider_model(spec.text)
+            return control(spec.text, seed=context.options.seed)
+        return context.provider_model(spec.text)
 
     @pytest.hookimpl(trylast=True)
-    def pytest_vault_make_judge(self, spec: Spec, session: VaultSession) -> Judge | None:
+    def pytest_vault_make_judge(self, spec: Spec, context: VaultContext) -> Judge | None:
         if not ours(spec):
             return None
         if spec.offline:
@@ -131,11 +131,11 @@ class Builtin:
         from pytest_vault.harness.judges import judge_prompt_file, load_judge_prompt
         from pytest_vault.models.judge import ProviderJudge
 
-        prompt = load_judge_prompt(judge_prompt_file(session.options.passports))
-        return ProviderJudge(session.provider_model(spec.text, judge=True), prompt.prompt)
+        prompt = load_judge_prompt(judge_prompt_file(context.options.passports))
+        return ProviderJudge(context.provider_model(spec.text, judge=True), prompt.prompt)
 
     @pytest.hookimpl(trylast=True)
-    def pytest_vault_make_attacker(self, spec: Spec, session: VaultSession) -> Attacker | None:
+    def pytest_vault_make_attacker(self, spec: Spec, context: VaultContext) -> Attacker | None:
         if not ours(spec):
             return None
         if spec.offline:
@@ -144,8 +144,8 @@ class Builtin:
             return make_attacker(spec.text)
         from pytest_vault.models.attacker import ProviderAttacker, attacker_prompt_file, load_prompt
 
-        prompt = attacker_prompt_file(session.options.passports)
-        return ProviderAttacker(session.provider_model(spec.text), prompt, load_prompt(prompt))
+        prompt = attacker_prompt_file(context.options.passports)
+        return ProviderAttacker(context.provider_model(spec.text), prompt, load_prompt(prompt))
 
 
 def ours(spec: Spec) -> bool:

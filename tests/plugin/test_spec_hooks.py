@@ -147,3 +147,32 @@ def test_a_spec_that_cannot_run_is_one_usage_line(
     result = mycorp.runpytest(*COMMON, *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert [x for x in result.errlines if x.strip()] == [f"ERROR: {message}"]
+
+
+@pytest.mark.parametrize("argument", ["context", "session"])
+def test_the_make_hooks_hand_out_a_context_not_the_session(
+    pytester: pytest.Pytester, argument: str
+) -> None:
+    """A plugin sees the run's settings and factories (`VaultContext`, frozen), never the
+    run's state; one written before the context (its argument `session`) still runs."""
+    pytester.makeconftest(
+        example()
+        .replace("context: object", f"{argument}: object")
+        .replace(
+            '    prefix, _, name = spec.text.partition(":")\n',
+            '    prefix, _, name = spec.text.partition(":")\n'
+            f"    seen = {argument}\n"
+            "    from dataclasses import fields\n"
+            "    print('HANDED', type(seen).__name__, [f.name for f in fields(seen)],"
+            " seen.options.seed, seen.response_cache() is None)\n",
+        )
+    )
+    pytester.makefile(".jsonl", attacks=CORPUS)
+    result = pytester.runpytest(
+        *COMMON, "-s", "--vault-model=mycorp:x", "--vault-seed=7", "--vault-no-cache"
+    )
+    result.assert_outcomes(passed=12)
+    # Made once per process, on first use (after pytest's progress began on that line).
+    assert [x[x.index("HANDED") :] for x in result.outlines if "HANDED" in x] == [
+        "HANDED VaultContext ['options', 'provider_model', 'response_cache', 'rate_limiter'] 7 True"
+    ]
