@@ -374,7 +374,7 @@ def tracks(rows: int) -> pa.Table:
 
 def per_track(path: Path, page: str) -> str:
     """Each track's failing rows: on the page (embedded, and not) against the Parquet's."""
-    from pytest_vault.report.html import failures
+    from pytest_vault.report.failures import failures
     from pytest_vault.report.results import load
 
     table = load([path]).table

@@ -13,7 +13,8 @@ import numpy as np
 import pyarrow.compute as pc
 import pytest
 
-from pytest_vault.report.html import TOTAL, failures, write_html
+from pytest_vault.report.failures import TOTAL, failures
+from pytest_vault.report.html import write_html
 from pytest_vault.report.results import load, to_table, write_results
 
 from .rows import row

@@ -18,7 +18,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from pytest_vault.core.text import shown
-from pytest_vault.report.html import TEXT, failures, render, write_html
+from pytest_vault.report.failures import TEXT, failures
+from pytest_vault.report.html import render, write_html
 from pytest_vault.report.results import load, read_results, read_transcript, to_table
 from pytest_vault.report.tables import Analysis, merged_metadata
 

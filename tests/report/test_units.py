@@ -214,7 +214,7 @@ def test_each_table_counts_its_columns_in_the_unit_its_caption_names(
 def test_the_per_model_chart_labels_each_request_rate_with_its_own_count(run: Run) -> None:
     """Was: a request rate labelled with the model's unpermitted count, a second figure of
     another quantity beside the first."""
-    from pytest_vault.report.html import Rect, figures, pct
+    from pytest_vault.report.charts import Rect, figures, pct
 
     rows, tables, _, _ = run
     [chart] = [c for c in figures(tables) if c.title.startswith("Per-model request rates")]
