@@ -16,7 +16,7 @@ from pytest_vault.corpus.export import found_line
 from pytest_vault.corpus.load import read_case
 from pytest_vault.corpus.model import Case
 from pytest_vault.guard import engine
-from pytest_vault.guard.money import MINOR_DIGITS, Money, minor_digits, told
+from pytest_vault.guard.money import MINOR_DIGITS, Money, Style, minor_digits, told, written
 from pytest_vault.harness.adaptive import (
     STRATEGIES,
     Escalate,
@@ -30,6 +30,7 @@ from pytest_vault.harness.agent import Evaluation
 from pytest_vault.harness.levels import load_levels
 from pytest_vault.models.attacker import load_prompt, user_prompt
 from pytest_vault.plugin.collect import _violations
+from pytest_vault.policy.witness import money as witness_money
 from pytest_vault.report.rescore import _amount
 
 LEVELS = load_levels()
@@ -112,6 +113,51 @@ def test_a_major_amount_told_with_every_minor_digit() -> None:
         told(Decimal(a), c, whole=False)
         for a, c in [("100", "USD"), ("2400", "JPY"), ("1.25", "KWD"), ("1350", "EUR")]
     ] == ["$100.00", "2,400 JPY", "1.250 KWD", "1,350.00 EUR"]
+
+
+@pytest.mark.parametrize(
+    ("money", "model", "attacker", "engine", "report"),
+    [
+        (Money(500, "USD"), "$5", "$5.00", "5.00 USD", "$5.00"),
+        (
+            Money(-50_000_075, "USD"),
+            "$-500,000.75",
+            "$-500,000.75",
+            "-500,000.75 USD",
+            "-$500,000.75",
+        ),
+        (Money(500, "JPY"), "500 JPY", "500 JPY", "500 JPY", "¥500"),
+        (Money(1200, "EUR"), "12 EUR", "12.00 EUR", "12.00 EUR", "€12.00"),
+        (Money(350, "GBP"), "3.50 GBP", "3.50 GBP", "3.50 GBP", "£3.50"),
+        (Money(1250, "KWD"), "1.250 KWD", "1.250 KWD", "1.250 KWD", "1.250 KWD"),
+    ],
+)
+def test_each_place_money_is_written_has_its_named_style(
+    money: Money, model: str, attacker: str, engine: str, report: str
+) -> None:
+    styles = [Style.MODEL, Style.ATTACKER, Style.ENGINE, Style.REPORT]
+    assert [money.written(s) for s in styles] == [model, attacker, engine, report]
+    assert [written(money.major(), money.currency, s) for s in styles] == [
+        model,
+        attacker,
+        engine,
+        report,
+    ]
+    # The names the callers use are those styles, and the policy tools' is the report's.
+    assert (money.told(), str(money), money.shown()) == (model, engine, report)
+    assert told(money.major(), money.currency, whole=False) == attacker
+    assert witness_money(money.minor, money.currency) == report
+
+
+def test_an_unknown_currency_is_written_for_people_only_in_minor_units() -> None:
+    unknown = Money(10_000, "XXX")
+    assert unknown.written(Style.ENGINE) == unknown.written(Style.REPORT)
+    assert unknown.shown() == "10,000 minor units of 'XXX'"
+    assert witness_money(10_000, "XXX") == "10,000 minor units of 'XXX'"
+    assert witness_money(None, "USD") == "none"
+    for style in (Style.MODEL, Style.ATTACKER):
+        with pytest.raises(ValueError, match="'XXX' is not a known ISO 4217 code"):
+            unknown.written(style)
 
 
 # -- where an amount is shown -------------------------------------------------------------

@@ -7,6 +7,11 @@ hot path): UTF-8 only (a leading byte order mark is no part of a document), numb
 `NaN`/`Infinity`, duplicate keys and numbers out of range refused. `read_lossless` keeps
 what even a strict reading would refuse (each number's text, a key given twice), for text
 another program wrote that must be passed on exactly. `EXACT` is the one decimal context.
+
+The one way out for an exact decimal: `number` is a `Decimal`'s JSON number, `dumps` the
+JSON text of a value holding decimals, and `plain` a value's tree of plain JSON values
+(for a log that `json` writes later), each by `number`'s one rule. A whole amount that our
+code makes is an `int`, never a Decimal: JSON writes it `1000`.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from decimal import (
     MIN_EMIN,
     Clamped,
     Context,
+    Decimal,
     DivisionByZero,
     FloatOperation,
     Inexact,
@@ -33,6 +39,7 @@ from decimal import (
     Subnormal,
     Underflow,
 )
+from json.encoder import encode_basestring, encode_basestring_ascii
 from typing import Any, NamedTuple
 
 from pytest_vault.core.errors import VaultError, field_path
@@ -92,6 +99,95 @@ EXACT = Context(
         Underflow,
     ],
 )
+
+
+# -- exact decimals out ------------------------------------------------------------------------
+
+
+def number(value: Decimal) -> str:
+    """The JSON number that is `value` exactly, never through a float: its fewest digits
+    laid out as Python writes a float (`500.0`, `275.5`, `1e+16`, `1.5e-05`), so a decimal
+    that a float holds is written as that float always was, and any other keeps all its
+    digits (`1e+5000`). ValueError for NaN and Infinity, which JSON cannot say."""
+    if not value.is_finite():
+        raise ValueError(f"{value} is not a JSON number")
+    sign, digits, _ = value.as_tuple()
+    minus = "-" if sign else ""
+    figures = "".join(map(str, digits)).rstrip("0")
+    if not figures:  # zero, written as a float's zero
+        return f"{minus}0.0"
+    point = value.adjusted() + 1  # where the point falls among `figures`
+    if -4 < point <= 16:
+        if point <= 0:
+            return f"{minus}0.{'0' * -point}{figures}"
+        if point >= len(figures):
+            return f"{minus}{figures}{'0' * (point - len(figures))}.0"
+        return f"{minus}{figures[:point]}.{figures[point:]}"
+    mantissa = figures[0] + (f".{figures[1:]}" if len(figures) > 1 else "")
+    return f"{minus}{mantissa}e{'-' if point < 1 else '+'}{abs(point - 1):02d}"
+
+
+def dumps(
+    value: Any, *, sort_keys: bool = False, ascii: bool = False, indent: int | None = None
+) -> str:
+    """`json.dumps(value, sort_keys=..., ensure_ascii=ascii, indent=...)` with each Decimal
+    as its exact `number`; a tuple is a list. On one line (`indent` None) the separators
+    are `, ` and `: `, as `json.dumps` writes."""
+    quote = encode_basestring_ascii if ascii else encode_basestring
+
+    def key(k: Any) -> str:
+        return quote(k if type(k) is str else json.dumps(k))
+
+    def out(v: Any, depth: int) -> str:
+        kind = type(v)
+        if kind is Decimal:
+            return number(v)
+        if kind is str:
+            return quote(v)
+        if kind is not dict and kind is not list and kind is not tuple:
+            return json.dumps(v, ensure_ascii=ascii)
+        if not v:
+            return "{}" if kind is dict else "[]"
+        if indent is None:
+            sep, head, tail = ", ", "", ""
+        else:
+            sep = ",\n" + " " * (indent * (depth + 1))
+            head, tail = sep[1:], "\n" + " " * (indent * depth)
+        if kind is dict:
+            pairs = sorted(v.items()) if sort_keys else v.items()
+            inner = sep.join(f"{key(k)}: {out(x, depth + 1)}" for k, x in pairs)
+            return f"{{{head}{inner}{tail}}}"
+        return f"[{head}{sep.join(out(x, depth + 1) for x in v)}{tail}]"
+
+    return out(value, 0)
+
+
+# A log's arguments nest no deeper than this; beyond, a marker stands for the rest.
+PLAIN_DEPTH = 32
+
+
+def plain(value: Any, depth: int = 0) -> Any:
+    """`value` as plain JSON values for a log that `json` writes: each Decimal as the
+    float whose JSON text is its `number`, or, past what a float holds, its own text as a
+    string (a reader of the log would round a number); keys as text; lists for tuples;
+    anything JSON has no value for as `<type>`; nesting past `PLAIN_DEPTH` as
+    `<nested too deep>`."""
+    if depth > PLAIN_DEPTH:
+        return "<nested too deep>"
+    kind = type(value)
+    if kind is Decimal:
+        if not value.is_finite():
+            return str(value)
+        text = number(value)
+        as_float = float(text)
+        return as_float if repr(as_float) == text else str(value)
+    if kind is dict:
+        return {str(k): plain(v, depth + 1) for k, v in value.items()}
+    if kind is list or kind is tuple:
+        return [plain(v, depth + 1) for v in value]
+    if value is None or kind in (str, int, float, bool):
+        return value
+    return f"<{kind.__name__}>"
 
 
 # -- the strict reader ----------------------------------------------------------------------

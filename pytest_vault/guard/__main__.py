@@ -6,7 +6,6 @@ that cannot be read is denied, never fatal. The policy authors' `vault-guard dif
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Sequence
@@ -14,6 +13,7 @@ from json.encoder import encode_basestring
 from typing import BinaryIO
 
 from pytest_vault.core.cli import quiet_on_closed_pipe, write_all
+from pytest_vault.core.json import dumps
 from pytest_vault.core.text import utf8_json
 from pytest_vault.guard.engine import (
     EVALUATION_ERROR,
@@ -140,7 +140,8 @@ def decision_json(
 def _override(base: Passport, override: object, cache: dict[str, Passport]) -> Passport | Decision:
     if not isinstance(override, dict):
         return deny(INVALID_CONTEXT, "overridePassport must be an object")
-    key = json.dumps(override, sort_keys=True, default=str)
+    # Its exact JSON: a decimal as its number, so `1.5` and `"1.5"` are two overrides.
+    key = dumps(override, sort_keys=True)
     if key not in cache:
         try:
             merged = {**base.model_dump(mode="json", exclude_none=True), **override}

@@ -30,9 +30,9 @@ import copy
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from decimal import Decimal
 from typing import Any, Literal
 
+from pytest_vault.core.json import plain
 from pytest_vault.core.text import json_text, shown
 from pytest_vault.corpus.model import MARKER, Case, Environment
 from pytest_vault.guard.engine import (
@@ -195,24 +195,8 @@ class Scene:
         )
 
 
-def jsonable(value: Any, depth: int = 0) -> Any:
-    """Arguments as JSON values for the log; exact decimals kept exact, depth bounded."""
-    if depth > 32:
-        return "<nested too deep>"
-    kind = type(value)
-    if kind is Decimal:
-        try:
-            as_float = float(value)
-            return as_float if Decimal(repr(as_float)) == value else str(value)
-        except (ArithmeticError, ValueError):
-            return str(value)
-    if kind is dict:
-        return {str(k): jsonable(v, depth + 1) for k, v in value.items()}
-    if kind is list or kind is tuple:
-        return [jsonable(v, depth + 1) for v in value]
-    if value is None or kind in (str, int, float, bool):
-        return value
-    return f"<{kind.__name__}>"
+# Arguments as JSON values for the log: core's one rule for an exact decimal.
+jsonable = plain
 
 
 # A team's guard in front of every tool call (`--vault-guard`), as `harness.yours`

@@ -14,12 +14,13 @@ import json
 import sys
 from collections import Counter
 from collections.abc import Sequence
-from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_vault.core.cli import quiet_on_closed_pipe, write_out
 from pytest_vault.core.errors import FileError, reason, unreachable
+from pytest_vault.core.files import write_text
+from pytest_vault.core.json import dumps
 from pytest_vault.core.text import shown
 from pytest_vault.guard.__main__ import main as guard_main
 from pytest_vault.policy.verdict import code_change, collapsed, verdict
@@ -27,19 +28,6 @@ from pytest_vault.policy.verdict import code_change, collapsed, verdict
 if TYPE_CHECKING:
     from pytest_vault.policy.diff import Change, Pair
     from pytest_vault.policy.witness import Witness
-
-
-def _number(value: object) -> object:
-    """A passport number (read as an exact Decimal) for JSON: exact, or its text."""
-    if not isinstance(value, Decimal):
-        raise TypeError(f"{type(value).__name__} is not JSON")
-    # The exponent first: int() of 1E+5000 is past Python's digit limit (a traceback),
-    # and of 1E+9999999 takes minutes. Beyond a double's range, the number's own text.
-    if not value.is_finite() or not -30 <= value.adjusted() <= 30:
-        return str(value)
-    if value == value.to_integral_value():
-        return int(value)
-    return float(value) if Decimal(repr(float(value))) == value else str(value)
 
 
 def _count(n: int, what: str) -> str:
@@ -205,7 +193,7 @@ def _diff(argv: Sequence[str]) -> int:
         cases, skipped = _witness_cases(changes, level, args.old, args.new)
         text = "".join(case_text(case) + "\n" for case in cases)
         try:
-            Path(args.witnesses).write_text(text, encoding="utf-8")
+            write_text(Path(args.witnesses), text)
         except OSError as exc:
             print(f"error: --witnesses {shown(args.witnesses)}: {reason(exc)}", file=sys.stderr)
             return 2
@@ -217,12 +205,12 @@ def _diff(argv: Sequence[str]) -> int:
             "verdict": diff_verdict(changes),
             "changes": [c.to_dict() for c in changes],
         }
-        write_out(json.dumps(doc, indent=2, default=_number) + "\n")
+        write_out(dumps(doc, indent=2, ascii=True) + "\n")
     elif args.format == "sarif":
         from pytest_vault.policy.sarif import diff_sarif
 
         log = diff_sarif(changes, pairs)
-        write_out(json.dumps(log, indent=1, default=_number) + "\n")
+        write_out(dumps(log, indent=1, ascii=True) + "\n")
     else:
         write_out(render_diff(changes, verbose=args.verbose))
     effects = [c.effect for c in changes]

@@ -25,14 +25,13 @@ a context, the time) it says so, and the change stays undecided, never "no effec
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from decimal import Decimal
 from typing import Any, Literal, NamedTuple
 
+from pytest_vault.core.json import dumps, plain
 from pytest_vault.core.text import shown
 from pytest_vault.guard.engine import (
     PACK_MIN_ASSURANCE,
@@ -59,7 +58,7 @@ from pytest_vault.guard.engine import (
     Unreadable,
     read_transfer,
 )
-from pytest_vault.guard.money import MINOR_DIGITS, Money
+from pytest_vault.guard.money import MINOR_DIGITS, Money, Style
 from pytest_vault.guard.passport import (
     ASSURANCE_RANK,
     CHARGE,
@@ -102,15 +101,9 @@ def unreadable_recipient(entry: str) -> str | None:
 
 
 def money(minor: int | None, currency: str) -> str:
-    """`USD 1,000.00`, `JPY 500`; `none` for no cap; minor units for a code the guard
-    does not know."""
-    if minor is None:
-        return "none"
-    digits = MINOR_DIGITS.get(currency)
-    if digits is None:
-        return f"{minor:,} minor units"
-    major = f"{currency} {minor // 10**digits:,}"
-    return f"{major}.{minor % 10**digits:0{digits}d}" if digits else major
+    """A cap as the policy tools write it: `Money`'s `REPORT` style (`$1,000.00`,
+    `¥500`, `1.250 KWD`), `none` for no cap."""
+    return "none" if minor is None else Money(minor, currency).written(Style.REPORT)
 
 
 def iso(value: datetime | None) -> str | None:
@@ -125,44 +118,13 @@ def expiry_of(passport: Passport) -> datetime | None:
 # -- what a witness is -------------------------------------------------------------------------
 
 
-def _json(value: Any, *, sort: bool = True, ascii: bool = False) -> str:
-    """Compact JSON, decimals exactly as they are (`2500.01`, however many digits); sorted
-    keys, and text as it is, for a line that `shown` then makes safe (as the change's own
-    line is); or, for a file, keys in their order and text escaped to ASCII."""
-    if isinstance(value, Decimal):
-        return str(value)
-    if isinstance(value, dict):
-        pairs = sorted(value.items()) if sort else list(value.items())
-        return (
-            "{"
-            + ", ".join(
-                f"{_json(k, ascii=ascii)}: {_json(v, sort=sort, ascii=ascii)}" for k, v in pairs
-            )
-            + "}"
-        )
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(_json(v, sort=sort, ascii=ascii) for v in value) + "]"
-    return json.dumps(value, ensure_ascii=ascii)
-
-
 def case_text(case: dict[str, Any]) -> str:
     """A case as its JSON line: amounts exact (a corpus reads numbers only, never text)."""
-    return _json(case, sort=False, ascii=True)
+    return dumps(case, ascii=True)
 
 
-def jsonable(value: Any) -> Any:
-    """`value` with its decimals as JSON numbers (int, or float where that is exact) or,
-    past a double's reach, their text."""
-    if isinstance(value, Decimal):
-        if value == value.to_integral_value():
-            return int(value)
-        as_float = float(value)
-        return as_float if Decimal(repr(as_float)) == value else str(value)
-    if isinstance(value, dict):
-        return {k: jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [jsonable(v) for v in value]
-    return value
+# A witness's calls as JSON values (`to_dict`, lint's findings): core's one rule.
+jsonable = plain
 
 
 def reasons_of(decision: Decision) -> list[dict[str, str]]:
@@ -227,7 +189,8 @@ class Witness(NamedTuple):
         head = "witness" if self.effect != "neutral" else "reasons change"
         if self.at is not None:
             head += f" at {iso(self.at)}"
-        call = f"{what} {_json(self.steps[-1])}"
+        # Sorted keys, text as it is: `shown` makes the line safe.
+        call = f"{what} {dumps(self.steps[-1], sort_keys=True)}"
         earlier = self.steps[:-1]
         if earlier:
             total = _total(earlier, self.kind)
@@ -404,9 +367,11 @@ class Base:
         recipient = change.get("recipient", self.recipient)
         currency = change.get("currency", self.currency)
         minor = change.get("minor", self.minor)
+        amount = Money(minor, currency).major()
         args: dict[str, Any] = {
             "recipient": recipient,
-            "amount": Money(minor, currency).major(),
+            # A whole amount is an int, as a corpus writes one (`1000`, never `1000.0`).
+            "amount": int(amount) if amount == amount.to_integral_value() else amount,
         }
         if currency != "USD":
             args["currency"] = currency
@@ -860,7 +825,9 @@ def case_line(
     snapshots): its level, a category naming the change, the decisions it witnessed."""
     name = pointer.removeprefix(f"/limits/{CHARGE}").strip("/").replace("/", ".") or "passport"
     calls = [{"name": TRANSFER_TOOL, "arguments": step} for step in w.steps]
-    digest = hashlib.sha256(_json([level, pointer, effect, calls], ascii=True).encode())
+    digest = hashlib.sha256(
+        dumps([level, pointer, effect, calls], sort_keys=True, ascii=True).encode()
+    )
     digest_text = digest.hexdigest()[:10]
     return {
         "id": f"witness-L{level}-{_slug(name)}-{digest_text}",

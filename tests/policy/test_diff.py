@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pytest_vault.core.json import read_json
 from pytest_vault.guard.engine import APPROVAL_CODE, Guard, Transfer
 from pytest_vault.guard.folder import SHIPPED
 from pytest_vault.guard.passport import Passport, PassportError, passport_from_data
@@ -188,11 +189,12 @@ def test_currency_limits_per_currency_and_cap() -> None:
         (f"{L}/currency_limits/XXX", {"max_per_tx": 10000, "daily_cap": 20000}, None, "neutral"),
     ]
     assert [c.summary for c in diff_passports(load(old), load(new))] == [
-        "newly permitted currency: EUR, up to EUR 100.00 a transfer, daily cap EUR 200.00",
-        "newly permitted currency: JPY, up to JPY 0 a transfer, daily cap JPY 100; it permits no amount",
-        "USD per-transfer limit raised: USD 500.00 -> USD 600.00",
-        "USD daily cap removed (was USD 1,000.00)",
-        "newly permitted currency: XXX, up to 10,000 minor units a transfer, daily cap 20,000 minor units; "
+        "newly permitted currency: EUR, up to €100.00 a transfer, daily cap €200.00",
+        "newly permitted currency: JPY, up to ¥0 a transfer, daily cap ¥100; it permits no amount",
+        "USD per-transfer limit raised: $500.00 -> $600.00",
+        "USD daily cap removed (was $1,000.00)",
+        "newly permitted currency: XXX, up to 10,000 minor units of 'XXX' a transfer, daily cap "
+        "20,000 minor units of 'XXX'; "
         "the guard knows no currency XXX: calls in it are denied whatever its caps",
     ]
 
@@ -438,7 +440,7 @@ def test_dormant_limits_are_diffed_and_say_so() -> None:
     old, new = load(edited(3, revoke)), load(edited(3, revoke_and_raise))
     changes = diff_passports(old, new)
     assert [(c.pointer, c.effect, c.summary) for c in changes] == [
-        (f"{USD}/max_per_tx", "widens", "USD per-transfer limit raised: USD 500.00 -> USD 900.00")
+        (f"{USD}/max_per_tx", "widens", "USD per-transfer limit raised: $500.00 -> $900.00")
     ]
     # In effect, none: the new passport grants no payments, so nothing is newly allowed.
     assert [(c.effect, c.witness, c.note) for c in review_passports(old, new)] == [
@@ -679,21 +681,29 @@ def test_cli_folders_with_levels_and_decimal_params(
 
 
 @pytest.mark.parametrize(
-    ("written", "read"),
-    [("1E+5000", "1E+5000"), ("1e-400", "1E-400"), ("1E+9999999", "1E+9999999"), ("2E+3", 2000)],
+    ("written", "out"),
+    [
+        ("1E+5000", "1e+5000"),
+        ("1e-400", "1e-400"),
+        ("1E+9999999", "1e+9999999"),
+        ("2E+3", "2000.0"),
+    ],
 )
-def test_cli_json_writes_a_number_out_of_a_doubles_range_as_its_text(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], written: str, read: object
+def test_cli_json_writes_a_number_out_of_a_doubles_range_exactly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], written: str, out: str
 ) -> None:
-    # int(1E+5000) was a traceback past Python's digit limit; int(1E+9999999), minutes.
+    # An exact JSON number (`core.json.number`), never through int() or a float: int() of
+    # 1E+5000 is past Python's digit limit, and of 1E+9999999 takes minutes.
     new = copy_shipped(tmp_path, "new")
     text = (SHIPPED / "level-1.json").read_text()
     new_text = text.replace('"max_amount": 5000000', f'"max_amount": {written}')
     assert new_text != text
     (new / "level-1.json").write_text(new_text)
     assert main(["diff", str(SHIPPED), str(new), "--format", "json"]) == 0
-    (change,) = json.loads(capsys.readouterr().out)["changes"]
-    assert change["new"] == {"currency": "USD", "max_amount": read}
+    printed = capsys.readouterr().out
+    assert f'"max_amount": {out}\n' in printed
+    (change,) = read_json(printed)["changes"]
+    assert change["new"] == {"currency": "USD", "max_amount": Decimal(written)}
 
 
 def test_cli_unloadable_passport(tmp_path: Path) -> None:

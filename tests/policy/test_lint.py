@@ -356,7 +356,7 @@ def test_currency_caps(tmp_path: Path) -> None:
             f"{USD}/max_per_tx",
             "warning",
             "max-above-daily-cap",
-            "max_per_tx USD 500.00 is above daily_cap USD 100.00: the daily cap is the real "
+            "max_per_tx $500.00 is above daily_cap $100.00: the daily cap is the real "
             'limit, and max_per_tx can never bind; e.g. transfer_funds {"amount": 100.01, '
             '"recipient": "savings@aport-vault.com"} is denied (oap.limit_exceeded[daily_cap_check])',
         ),
@@ -442,7 +442,7 @@ def test_limits_that_can_never_bind_are_found_at_their_line(tmp_path: Path) -> N
         "require_assurance_at_least L1 can never bind: the pack's minimum L2 applies first"
     )
     assert equal.message == (
-        "max_per_tx EUR 200.00 equals daily_cap: every amount over it is over the daily cap "
+        "max_per_tx €200.00 equals daily_cap: every amount over it is over the daily cap "
         "too, so max_per_tx can never decide a call"
     )
     assert (assurance.witness, equal.witness) == (None, None)  # no call can show it

@@ -167,8 +167,8 @@ def test_a_max_amount_above_max_per_tx_is_a_warning_with_a_denied_witness(tmp_pa
         at(data, MAX_AMOUNT),
     )
     assert finding.message == (
-        "max_amount USD 3,000.00 is above payments.charge max_per_tx USD 2,500.00: the guard "
-        "reads only max_per_tx, so a transfer over USD 2,500.00 is denied; e.g. transfer_funds "
+        "max_amount $3,000.00 is above payments.charge max_per_tx $2,500.00: the guard "
+        "reads only max_per_tx, so a transfer over $2,500.00 is denied; e.g. transfer_funds "
         '{"amount": 2500.01, "recipient": "rent@aport-vault.com"} is denied '
         "(oap.limit_exceeded[per_tx_amount_cap])"
     )
@@ -187,8 +187,8 @@ def test_a_max_amount_below_max_per_tx_is_a_warning_with_an_allowed_witness(
         "max-amount-not-enforced",
     )
     assert finding.message == (
-        "max_amount USD 10.00 is below payments.charge max_per_tx USD 2,500.00: the guard "
-        "never reads max_amount, so transfers up to USD 2,500.00 are allowed; e.g. "
+        "max_amount $10.00 is below payments.charge max_per_tx $2,500.00: the guard "
+        "never reads max_amount, so transfers up to $2,500.00 are allowed; e.g. "
         'transfer_funds {"amount": 10.01, "recipient": "rent@aport-vault.com"} is allowed'
     )
     assert finding.witness is not None and decided(tmp_path, finding.witness) is True

@@ -274,7 +274,7 @@ NO_EFFECT: dict[str, tuple[int, list[Any], list[Any], str, str | None]] = {
         [usd(max_per_tx=100000)],
         [usd(max_per_tx=200000)],
         f"{USD}/max_per_tx",
-        "the new passport's daily cap USD 1,000.00 binds first",
+        "the new passport's daily cap $1,000.00 binds first",
     ),
     "a payee beside a wildcard": (1, [], [add_payee(EVIL)], ALLOW, None),
     "a payee of a suspended passport": (
@@ -353,8 +353,8 @@ def test_a_cap_that_binds_after_another_shows_the_reasons_change() -> None:
     old, new = data(3, usd(max_per_tx=100000)), data(3, usd(max_per_tx=200000))
     (change,) = settled(old, new)
     assert change.line() == (
-        f"{USD}/max_per_tx: no effect: USD per-transfer limit raised: USD 1,000.00 -> "
-        "USD 2,000.00; the new passport's daily cap USD 1,000.00 binds first"
+        f"{USD}/max_per_tx: no effect: USD per-transfer limit raised: $1,000.00 -> "
+        "$2,000.00; the new passport's daily cap $1,000.00 binds first"
     )
     assert change.witness is not None
     assert change.witness.line() == (
@@ -369,7 +369,7 @@ def test_a_daily_cap_witness_counts_the_days_earlier_transfers() -> None:
     assert change.witness is not None
     assert change.witness.line() == (
         'witness: transfer_funds {"amount": 500, "recipient": "savings@aport-vault.com"} after 2 '
-        "earlier transfers today (USD 1,000.00 allowed by both): denied "
+        "earlier transfers today ($1,000.00 allowed by both): denied "
         "(oap.limit_exceeded[daily_cap_check]) -> allowed"
     )
     # At Level 4 each transfer has its own key and the approval code.
@@ -402,7 +402,7 @@ def test_the_search_says_when_it_stops_at_its_bounds(
     (change,) = settled(old, new)
     assert (change.effect, change.undecided, change.witness) == ("widens", True, None)
     assert change.note == (
-        "no witness: a witness needs 100 earlier transfers to reach the daily cap USD 1,000.00 "
+        "no witness: a witness needs 100 earlier transfers to reach the daily cap $1,000.00 "
         "(the bound is 64)"
     )
     assert change.line().startswith(f"{USD}/daily_cap: widens (undecided): USD daily cap raised")
@@ -597,8 +597,8 @@ def test_the_verdict_comes_first_and_reason_only_changes_are_counted(
         f"{ALLOW}: widens: newly permitted: 'evil@x.test'",
         '  witness: transfer_funds {"amount": 1, "recipient": "evil@x.test"}: denied '
         "(oap.merchant_forbidden) -> allowed",
-        f"{USD}/max_per_tx: no effect: USD per-transfer limit raised: USD 1,000.00 -> USD 2,000.00; "
-        "the new passport's daily cap USD 1,000.00 binds first",
+        f"{USD}/max_per_tx: no effect: USD per-transfer limit raised: $1,000.00 -> $2,000.00; "
+        "the new passport's daily cap $1,000.00 binds first",
         "reason-only changes, by change of reasons; -v shows each:",
         "  oap.limit_exceeded[per_tx_amount_cap], oap.limit_exceeded[daily_cap_check] -> "
         "oap.limit_exceeded[daily_cap_check]: 1",
