@@ -6,6 +6,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy  # noqa: F401 - see below
+import pyarrow  # noqa: F401
 import pytest
 
 from pytest_vault.guard.engine import Guard
@@ -13,6 +15,9 @@ from pytest_vault.guard.folder import SHIPPED
 from pytest_vault.guard.passport import load_passport
 
 from .fakeprovider import FakeProvider
+
+# numpy and pyarrow load once per process, before any test: pytester's in-process runs
+# drop the modules a run imported, and these two cannot load a second time.
 
 ROOT = Path(__file__).resolve().parents[1]
 OAP_REFERENCE = Path(

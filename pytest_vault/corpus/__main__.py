@@ -17,6 +17,7 @@ from pathlib import Path
 
 from pytest_vault.core.cli import quiet_on_closed_pipe, write_all
 from pytest_vault.core.errors import FileError
+from pytest_vault.core.files import write_bytes
 from pytest_vault.core.text import json_text, shown
 from pytest_vault.corpus.importers import ImporterError, jsonl, run_import
 from pytest_vault.corpus.load import CorpusError, load_corpus, read_case
@@ -88,7 +89,7 @@ def import_corpus(args: list[str]) -> int:
         try:
             Path(folder).mkdir(parents=True)
             for file, data in made.passports.items():
-                (Path(folder) / file).write_bytes(data)
+                write_bytes(Path(folder) / file, data)
         except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
             print(f"error: {shown(folder)}: cannot write: {shown(exc)}", file=sys.stderr)
             return 1
@@ -99,7 +100,7 @@ def import_corpus(args: list[str]) -> int:
         write_all(sys.stdout.buffer, text)
         return 0
     try:
-        Path(out).write_bytes(text)
+        write_bytes(Path(out), text)
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
         print(f"error: {shown(out)}: cannot write: {shown(exc)}", file=sys.stderr)
         return 1

@@ -8,8 +8,9 @@ package is installed, so that baselines and `--deselect` keep working across ver
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
+
+from pytest_vault.core.files import write_bytes
 
 FOLDER = Path(__file__).parent / "cases"
 PREFIX = "builtin"
@@ -50,8 +51,9 @@ def copy(folder: Path) -> list[Path]:
     there = [folder / p.name for p in targets if (folder / p.name).exists()]
     if there:
         raise FileExistsError(f"{there[0].name} is there already (copy into a new folder)")
-    folder.mkdir(parents=True, exist_ok=True)
-    return [Path(shutil.copyfile(p, folder / p.name)) for p in targets]
+    for p in targets:  # each whole: a copy cut short leaves no half file to edit
+        write_bytes(folder / p.name, p.read_bytes())
+    return [folder / p.name for p in targets]
 
 
 def _choices() -> str:

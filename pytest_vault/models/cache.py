@@ -21,8 +21,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import os
-import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -30,6 +28,7 @@ from typing import Annotated, Any, Literal
 from filelock import FileLock, Timeout
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, TypeAdapter
 
+from pytest_vault.core.files import write_bytes
 from pytest_vault.core.json import DATA
 
 VERSION = "pytest-vault-cache-1"
@@ -154,20 +153,10 @@ class ResponseCache:
         return read_entry(data, key)
 
     def put(self, entry: Entry) -> None:
-        path = self._path(entry.key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f".{path.name}.{uuid.uuid4().hex}.partial")
         # ASCII JSON: lone surrogates stay the exact `\uXXXX` escapes they arrived as.
         data = json.dumps(entry.model_dump(), ensure_ascii=True).encode("ascii")
-        try:
-            with partial.open("wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(partial, path)
-        except BaseException:
-            partial.unlink(missing_ok=True)  # a failed write leaves nothing behind
-            raise
+        # On disk before it is in place: other processes read it, and so does the next run.
+        write_bytes(self._path(entry.key), data, fsync=True)
 
     async def fill(
         self, key: str, ask: Callable[[], Awaitable[Entry]], poll: float = 0.02

@@ -189,9 +189,11 @@ def _share(session: pytest.Session) -> list[Job]:
     indices: set[int] | None = set(range(len(items)))
     workerinput = getattr(session.config, "workerinput", None)
     if workerinput is not None:
+        from pytest_vault.plugin.collect import pair_of
         from pytest_vault.plugin.distribute import worker_share
 
-        indices = worker_share(workerinput, [item.nodeid for item in items])
+        pairs = {item.nodeid: p for item in items if (p := pair_of(item)) is not None}
+        indices = worker_share(workerinput, [item.nodeid for item in items], pairs)
     if indices is None:  # another --dist mode: this worker's tests are not known ahead
         return []
     return [

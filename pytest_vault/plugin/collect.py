@@ -18,6 +18,7 @@ from pytest_vault.guard.money import Money
 from pytest_vault.guard.passport import PassportError
 from pytest_vault.harness.events import RECORDED
 from pytest_vault.plugin.corpora import named_by_ids
+from pytest_vault.plugin.distribute import group_of
 from pytest_vault.plugin.session import vault_of
 from pytest_vault.plugin.settings import Job
 from pytest_vault.report.transcript import CLEAN
@@ -36,13 +37,16 @@ def cell_key(item: VaultItem) -> str:
 
 
 def group_key(item: pytest.Item) -> str:
-    """Items that belong together (one case and model; an indirect case's with its paired
-    clean run and the other attacks on it); any other test is its own group."""
-    if isinstance(item, VaultItem):
-        if item.track == "indirect":  # a clean run may serve attacks of several files
-            return f"indirect::{item.case.clean_id()}::{item.spec}"
-        return f"{item.path}::{item.case.id}::{item.spec}"
-    return item.nodeid
+    """The item's group by the one rule (`distribute.group_of`), with its pair."""
+    return group_of(item.nodeid, pair_of(item))
+
+
+def pair_of(item: pytest.Item) -> str | None:
+    """An indirect test's pair (its case's clean run id; a clean run may serve attacks of
+    several files), else None."""
+    if isinstance(item, VaultItem) and item.track == "indirect":
+        return item.case.clean_id()
+    return None
 
 
 def apply_sample(config: pytest.Config, items: list[pytest.Item]) -> None:

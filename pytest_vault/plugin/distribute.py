@@ -2,9 +2,9 @@
 
 A worker can only run evaluations ahead if it knows which tests it will get. With
 `--dist load` (what `-n` uses by default) pytest-vault deals whole groups of tests
-(one case and one model: its tracks and architectures, which share requests) to
-workers `gw0`..`gw{N-1}` round-robin, all at once; each worker computes the same deal
-from the collected node ids and its own id, and runs its share ahead,
+(`group_of`, the rule `--vault-shard` shares by too) to workers `gw0`..`gw{N-1}`
+round-robin, all at once; each worker computes the same deal from the collected node ids
+(and its items' pairs) and its own id, and runs its share ahead,
 `--vault-concurrency / N` at a time. A worker that replaces a crashed one gets the
 leftovers and evaluates them as they come.
 
@@ -15,7 +15,8 @@ each node its whole share, then shuts it down, so nothing is left to balance.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -32,37 +33,97 @@ def rank(node: Any) -> int:
     return int(str(node.gateway.id).removeprefix("gw"))
 
 
-def group_of(nodeid: str) -> str:
-    """`file::case[spec-track-arch]` (or `...-arch-tK`, a trial) -> `file::case[spec`: one
-    case and one model, its trials together."""
+def group_of(nodeid: str, pair: str | None = None) -> str:
+    """The one rule of which tests belong together, for `--vault-shard` and for xdist: a
+    vault test `file.jsonl::case[spec-track-arch]` (or `...-arch-tK`, a trial) belongs to
+    `file.jsonl::case[spec`, one case and one model with its tracks, architectures and
+    trials; an indirect test (an attack, or the clean run that serves it) whose `pair` (its
+    case's `clean_id()`) is given belongs to `indirect::pair::spec`, the clean run with
+    every attack it serves, across files. Any other test is its own group.
+
+    A function of the node id and the pair alone: the xdist controller, which has no
+    items, and every worker and shard, which have, compute the same groups."""
+    parsed = _parsed(nodeid)
+    if parsed is None:
+        return nodeid
+    head, spec, _ = parsed
+    return f"indirect::{pair}::{spec}" if pair is not None else f"{head}[{spec}"
+
+
+def _parsed(nodeid: str) -> tuple[str, str, str] | None:
+    """`file.jsonl::case[spec-track-arch(-tK)]` -> (`file.jsonl::case`, spec, track); None
+    for a test of another kind."""
     head, bracket, params = nodeid.rpartition("[")
-    params = TRIAL.sub("", params.rstrip("]"))
-    parts = params.rsplit("-", 2)
-    return f"{head}[{parts[0]}" if bracket and len(parts) == 3 else nodeid
+    parts = TRIAL.sub("", params.removesuffix("]")).rsplit("-", 2)
+    if not bracket or len(parts) != 3 or not head.partition("::")[0].endswith(".jsonl"):
+        return None
+    return head, parts[0], parts[1]
 
 
-def deal(nodeids: Sequence[str], workers: int) -> list[int]:
-    """The worker (0..workers-1) of each test: groups dealt round-robin in order."""
+def deal(nodeids: Sequence[str], workers: int, pairs: Mapping[str, str] | None = None) -> list[int]:
+    """The worker (0..workers-1) of each test: groups dealt round-robin in order. `pairs`:
+    the indirect tests' pairs, by node id."""
+    pairs = pairs or {}
     slots: dict[str, int] = {}
-    return [slots.setdefault(group_of(n), len(slots) % workers) for n in nodeids]
+    return [slots.setdefault(group_of(n, pairs.get(n)), len(slots) % workers) for n in nodeids]
 
 
-def worker_share(workerinput: dict[str, Any], nodeids: Sequence[str]) -> set[int] | None:
+def worker_share(
+    workerinput: dict[str, Any], nodeids: Sequence[str], pairs: Mapping[str, str] | None = None
+) -> set[int] | None:
     """Indices of session.items this worker will run, or None if unknown."""
     if not workerinput.get("vault_share"):
         return None
     me = int(str(workerinput["workerid"]).removeprefix("gw"))
-    return {i for i, w in enumerate(deal(nodeids, int(workerinput["workercount"]))) if w == me}
+    dealt = deal(nodeids, int(workerinput["workercount"]), pairs)
+    return {i for i, w in enumerate(dealt) if w == me}
 
 
-def shares(nodeids: Sequence[str], ranks: Sequence[int], workers: int) -> dict[int, list[int]]:
+def pairs_of(nodeids: Sequence[str], rootpath: Path, builtin: Sequence[Path]) -> dict[str, str]:
+    """The pair of each indirect test, by node id, read from its corpus file: what the
+    controller, which collects nothing, needs to group as the workers do from their items.
+    A clean run is `clean-of-X[...]` in the file of X, the attack it was made for, and
+    shares X's pair. A file that does not load is left out: its workers fail to collect."""
+    from pytest_vault.core.errors import VaultError
+    from pytest_vault.core.text import shown
+    from pytest_vault.corpus.builtin import nodeid as builtin_nodeid
+    from pytest_vault.corpus.load import load_corpus
+    from pytest_vault.report.transcript import CLEAN
+
+    where = {builtin_nodeid(path): path for path in builtin}
+    files: dict[str, dict[str, str]] = {}
+    out: dict[str, str] = {}
+    for node in nodeids:
+        parsed = _parsed(node)
+        if parsed is None or parsed[2] != "indirect":
+            continue
+        file, _, case = parsed[0].partition("::")
+        if file not in files:
+            try:
+                entries = load_corpus(where.get(file, rootpath / file))
+            except VaultError:
+                entries = []
+            files[file] = {shown(c.id): p for _, c in entries if (p := c.clean_id()) is not None}
+        known = files[file]
+        pair = known.get(case) or known.get(case.removeprefix(CLEAN))
+        if pair is not None:
+            out[node] = pair
+    return out
+
+
+def shares(
+    nodeids: Sequence[str],
+    ranks: Sequence[int],
+    workers: int,
+    pairs: Mapping[str, str] | None = None,
+) -> dict[int, list[int]]:
     """The test indices each live rank is sent: its deal; the groups of a rank whose
     worker is gone go round the replacements (ranks past the deal) first, else round the
     live ones, each whole."""
     live = sorted(ranks)
     spare = [r for r in live if r >= workers] or live
     out: dict[int, list[int]] = {r: [] for r in live}
-    for index, worker in enumerate(deal(nodeids, workers)):
+    for index, worker in enumerate(deal(nodeids, workers, pairs)):
         out[worker if worker in out else spare[worker % len(spare)]].append(index)
     return out
 
@@ -160,8 +221,19 @@ class ShareScheduling:
         self.collection = next(iter(self.collections.values()))
         nodes = {rank(node): node for node in self.collections}
         count = int(next(iter(nodes.values())).workerinput["workercount"])
-        for worker, share in shares(self.collection, list(nodes), count).items():
+        pairs = self._pairs(self.collection)
+        for worker, share in shares(self.collection, list(nodes), count, pairs).items():
             self._send(nodes[worker], share)
+
+    def _pairs(self, nodeids: list[str]) -> dict[str, str]:
+        """The indirect tests' pairs, read from the corpus files (only a run with indirect
+        tests reads them)."""
+        if not any((p := _parsed(n)) is not None and p[2] == "indirect" for n in nodeids):
+            return {}
+        from pytest_vault.plugin.session import VAULT
+
+        builtin = self.config.stash[VAULT].corpora.builtin
+        return pairs_of(nodeids, self.config.rootpath, builtin)
 
     def _send(self, node: WorkerController, indices: list[int]) -> None:
         if indices:

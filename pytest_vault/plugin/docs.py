@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from pytest_vault.core.errors import VaultError, reason
-from pytest_vault.report.outputs import replacing
+from pytest_vault.core.files import write_text
 
 # Anchored to whole lines: a marker quoted inside a sentence or code span is text.
 OPEN = re.compile(r"^<!-- (generated|help|include): (.+?) -->$")
@@ -206,8 +206,7 @@ def stale(docs: Path, *, write: bool, run_help: bool = True) -> list[str]:
             continue
         changed.append(name)
         if write:
-            with replacing(page) as partial:
-                partial.write_text(fresh, encoding="utf-8", newline="\n")
+            write_text(page, fresh, newline="\n")
     return changed
 
 

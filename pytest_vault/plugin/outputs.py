@@ -219,11 +219,10 @@ def stopped(session: pytest.Session) -> str | None:
 
 def _write_gate(gate: Gate, vault: VaultSession, path: Path) -> None:
     """`--vault-baseline-out`: the gate as JSON, for the CI job's artifacts."""
+    from pytest_vault.core.files import write_text
     from pytest_vault.core.text import json_text
-    from pytest_vault.report.outputs import replacing
 
-    with replacing(path) as partial:
-        partial.write_text(json_text(gate.record(), indent=2) + "\n", encoding="utf-8")
+    write_text(path, json_text(gate.record(), indent=2) + "\n")
 
 
 def _write_results(vault: VaultSession, path: Path) -> None:
@@ -231,8 +230,8 @@ def _write_results(vault: VaultSession, path: Path) -> None:
 
 
 def _write_report(vault: VaultSession, path: Path) -> None:
+    from pytest_vault.core.files import replacing
     from pytest_vault.report.html import write_html
-    from pytest_vault.report.outputs import replacing
 
     with replacing(path) as partial:
         write_html(vault.store.results(), [metadata(vault)], partial)
@@ -241,12 +240,11 @@ def _write_report(vault: VaultSession, path: Path) -> None:
 def _write_found(vault: VaultSession, path: Path) -> None:
     """`--vault-export-found`: the adaptive finds as corpus lines, sorted (so any
     parallelism writes the same file); no find, an empty file."""
+    from pytest_vault.core.files import write_text
     from pytest_vault.corpus.export import found_file
-    from pytest_vault.report.outputs import replacing
 
     text, vault.repaired_finds = found_file(vault.store.found() if vault.store else [])
-    with replacing(path) as partial:
-        partial.write_text(text, encoding="utf-8")
+    write_text(path, text)
 
 
 def pytest_terminal_summary(
@@ -272,7 +270,9 @@ def pytest_terminal_summary(
 
     terminalreporter.section("pytest-vault summary")
     planned = sum(vault.planned.values())
-    for line in render(vault.rows, vault.sample, planned, vault.stopped):
+    specs = vault.options.specs
+    controls = {m for m in vault.options.models if m in specs and specs[m].offline}
+    for line in render(vault.rows, vault.sample, planned, vault.stopped, controls):
         terminalreporter.write_line(line)
     if spend is not None:
         terminalreporter.write_line(spend)

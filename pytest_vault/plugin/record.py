@@ -19,6 +19,8 @@ def metadata(vault: VaultSession) -> dict[str, Any]:
     return {
         "pytest_vault_version": __version__,
         "models": list(opts.models),
+        # The models whose plugin declared them controls (offline, deterministic).
+        "controls": sorted(m for m in opts.models if m in opts.specs and opts.specs[m].offline),
         "tracks": list(opts.tracks),
         "architectures": list(opts.architectures),
         # The guard under test in the guarded rows; None when no row is guarded.

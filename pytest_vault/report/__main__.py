@@ -26,12 +26,13 @@ from typing import NoReturn
 
 from pytest_vault.core.cli import quiet_on_closed_pipe, write_out
 from pytest_vault.core.errors import FileError, reason
+from pytest_vault.core.files import write_text
 from pytest_vault.core.text import shown
 from pytest_vault.harness.levels import load_levels
 from pytest_vault.report.formats import render_text, write_csv
 from pytest_vault.report.html import render
 from pytest_vault.report.judges import for_people, judged_only
-from pytest_vault.report.outputs import cannot_write, replacing
+from pytest_vault.report.outputs import cannot_write
 from pytest_vault.report.results import (
     Loaded,
     ReportError,
@@ -248,7 +249,7 @@ def _run(loaded: Loaded, args: argparse.Namespace, outputs: _Outputs) -> int:
         if args.out is None:
             write_out(text)
         else:
-            outputs.write("--out", args.out, lambda: _write(args.out, text))
+            outputs.write("--out", args.out, lambda: write_text(args.out, text))
     elif args.format == "csv":
         outputs.write("--out", args.out, lambda: write_csv(result, args.out))
     else:
@@ -262,7 +263,7 @@ def _run(loaded: Loaded, args: argparse.Namespace, outputs: _Outputs) -> int:
         head += "\n".join(through) + "\n\n" if through else ""
         write_out(head + render_text(for_people(result), wide=args.wide))
     if page is not None:
-        outputs.write("--html", args.html, lambda: _write(args.html, page))
+        outputs.write("--html", args.html, lambda: write_text(args.html, page))
     # An INCOMPLETE verdict is not a pass: 1, as for a missing shard (which
     # --allow-missing-shards accepts, with the rows it leaves missing; never an error).
     unmeasured = found.errors or found.not_run or (found.missing and not args.allow_missing_shards)
@@ -271,11 +272,6 @@ def _run(loaded: Loaded, args: argparse.Namespace, outputs: _Outputs) -> int:
 
 def _err(text: str) -> None:
     print(text, end="", file=sys.stderr)
-
-
-def _write(path: Path, text: str) -> None:
-    with replacing(path) as partial:
-        partial.write_text(text, encoding="utf-8")
 
 
 class _OneLine(argparse.ArgumentParser):

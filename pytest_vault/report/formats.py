@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_vault.core.files import replacing
 from pytest_vault.core.text import shown
 from pytest_vault.guard.money import Money
 from pytest_vault.report.summary import table as aligned
@@ -185,7 +186,10 @@ def write_csv(result: Mapping[str, Table], folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     for name, rows in result.items():
         headers = list(dict.fromkeys(k for row in rows for k in row))
-        with (folder / f"{name}.csv").open("w", newline="", encoding="utf-8") as f:
+        with (
+            replacing(folder / f"{name}.csv") as partial,
+            partial.open("w", newline="", encoding="utf-8") as f,
+        ):
             writer = csv.DictWriter(f, fieldnames=headers)
             writer.writeheader()
             for row in rows:

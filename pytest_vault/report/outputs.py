@@ -4,15 +4,14 @@ Every writer of pytest-vault makes an output's missing folders, so an output can
 written when the nearest folder of its path that exists is a folder this process may
 write in, and the path itself is not a folder (or, for a folder of outputs, is not a
 file). A check cannot promise the write (the disk may fill during the run): a write
-that fails at the end is still one line, from the writer.
+that fails at the end is still one line, from the writer (`core.files`, which leaves
+the previous file as it was).
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 from pytest_vault.core.errors import reason, unreachable
@@ -70,18 +69,3 @@ def cannot_read(path: Path, *, folder: bool = False) -> str | None:
     except (OSError, ValueError) as exc:
         return reason(exc)
     return None
-
-
-@contextlib.contextmanager
-def replacing(path: Path) -> Iterator[Path]:
-    """A partial file beside `path` to write, put in its place once whole (its missing
-    folders made): a write that fails (a full disk) leaves neither a partial output nor
-    a changed one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    try:
-        yield partial
-        os.replace(partial, path)
-    finally:
-        with contextlib.suppress(OSError):
-            partial.unlink(missing_ok=True)

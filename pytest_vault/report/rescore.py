@@ -91,7 +91,7 @@ from pytest_vault.harness.controls import reads_passport
 from pytest_vault.harness.levels import Level, passport_record
 from pytest_vault.policy.verdict import code_change, collapsed, per_level, plural, verdict
 from pytest_vault.report.formats import render_text
-from pytest_vault.report.results import CALL, CALLS, attributed, scrubbed
+from pytest_vault.report.results import CALL, CALLS, attributed, controls, scrubbed
 from pytest_vault.report.tables import Analysis, Bootstrap, merged_metadata
 
 NOTE = (
@@ -534,7 +534,8 @@ def exactness(
     level = table["level"].to_numpy().astype(np.int64)
     in_changed = np.isin(level, sorted(changed))
     models = table["model"].to_pylist()
-    control = np.array([m.startswith("scripted:") for m in models], dtype=bool)
+    ours = controls(metadata, set(models))  # as each spec's plugin declared it
+    control = np.array([m in ours for m in models], dtype=bool)
     sees = any(
         isinstance(a := m.get("attacker"), dict) and a.get("sees_policy") is True for m in metadata
     )

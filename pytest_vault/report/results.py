@@ -35,6 +35,7 @@ from pydantic_core import PydanticCustomError
 from typing_extensions import TypedDict  # pydantic reads only this one on 3.11
 
 from pytest_vault.core.errors import VaultError, describe, reason
+from pytest_vault.core.files import replacing
 from pytest_vault.core.json import DATA, Problem
 from pytest_vault.core.text import (
     json_text,
@@ -48,7 +49,6 @@ from pytest_vault.core.text import (
 from pytest_vault.corpus.sample import SampleRecord
 from pytest_vault.guard.engine import TRANSFER_TOOL
 from pytest_vault.harness.events import ATTRIBUTION_READS, ROW, attribution
-from pytest_vault.report.outputs import replacing
 
 # One call of `tool_calls`, in the bank's order of a logged call's keys. `arguments`
 # is the JSON text of the arguments as the bank logged them (a model's raw text is a
@@ -327,6 +327,10 @@ class Metadata(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
+    # The models whose spec is a control (`Spec.offline`: it asks no one, deterministic),
+    # as the plugin that claimed each said; absent from files before it.
+    controls: list[StrictStr] | None = None
+
     shard: str | None = None
     planned: dict[str, Count] = {}
     planned_run: dict[str, Count] = {}
@@ -365,6 +369,15 @@ class Metadata(BaseModel):
         for key in value:
             _plan_key(key)
         return value
+
+
+def controls(metadata: Sequence[Mapping[str, Any]], models: Iterable[str]) -> set[str]:
+    """Which of `models` are controls: as the files' metadata records them (`controls`,
+    what each spec's plugin declared); a file from before that record held only our own
+    controls as such (`scripted:`), so its models are read by that name."""
+    said = {str(m) for meta in metadata for m in (meta.get("controls") or ())}
+    older = any(meta.get("controls") is None for meta in metadata) or not metadata
+    return {m for m in models if m in said or (older and m.startswith("scripted:"))}
 
 
 def read_metadata(raw: bytes) -> dict[str, Any]:

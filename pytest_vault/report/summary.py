@@ -10,7 +10,7 @@ per-session rule of three 3/S over S attacker sessions.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -226,18 +226,17 @@ def trial_outcomes(rows: Iterable[Row], trials: int) -> dict[str, Trials]:
     return out
 
 
-def trial_lines(rows: Sequence[Row]) -> list[str]:
-    """With more than one trial: the trials' count, which models answer alike every time,
-    and per level group, model and architecture the attacks safe in every trial
-    (pass^k), in at least one (pass@k), and flaky (safe in some trials, not all)."""
+def trial_lines(rows: Sequence[Row], controls: Collection[str] = ()) -> list[str]:
+    """With more than one trial: the trials' count, which models answer alike every time
+    (the `controls`, but a coin), and per level group, model and architecture the attacks
+    safe in every trial (pass^k), in at least one (pass@k), and flaky (safe in some
+    trials, not all)."""
     trials = max((int(r.get("trial") or 1) for r in rows), default=1)
     if trials < 2:
         return []
     from pytest_vault.harness.coin import coin_chance
 
-    fixed = sorted(
-        {m for r in rows if (m := str(r["model"])).startswith("scripted:") and not coin_chance(m)}
-    )
+    fixed = sorted({m for r in rows if (m := str(r["model"])) in controls and not coin_chance(m)})
     lines = [
         "",
         f"Trials: {trials} of every evaluation (the tables above count evaluations, each "
@@ -483,10 +482,12 @@ def render(
     sample: Mapping[str, Any] | None = None,
     planned: int | None = None,
     stopped: str | None = None,
+    controls: Collection[str] = (),
 ) -> list[str]:
     """The summary as lines of text; `sample`: the run's sample record, if it is one;
     `planned`: the evaluations the run planned (every track), said when some have no row;
-    `stopped`: why the run stopped before its end, if it did.
+    `stopped`: why the run stopped before its end, if it did; `controls`: the models
+    whose plugin declared them controls (`Spec.offline`).
     Adaptive and indirect rows have their own lines at the end: every other number is the
     direct fixed tracks' alone."""
     missing = 0 if planned is None else max(0, planned - len(rows))
@@ -587,7 +588,7 @@ def render(
         lines += ["", title, *completion_table(benign)]
     return (
         lines
-        + trial_lines(rows)
+        + trial_lines(rows, controls)
         + judge_lines(rows)
         + indirect_lines(indirect)
         + adaptive_lines(adaptive)

@@ -502,7 +502,7 @@ def test_a_cache_write_that_fails_at_any_step_leaves_no_partial_file(
 
         monkeypatch.setattr(Path, "open", open_)
     else:
-        monkeypatch.setattr(f"pytest_vault.models.cache.os.{step}", _no_space)
+        monkeypatch.setattr(f"pytest_vault.core.files.os.{step}", _no_space)  # the writer's
     stats = Stats()
     r = run(model("openai", cache=tmp_path, stats=stats), case(ATTACK))
     # The answers were paid for: the evaluation uses them, as it would uncached, and the

@@ -176,3 +176,20 @@ def test_the_make_hooks_hand_out_a_context_not_the_session(
     assert [x[x.index("HANDED") :] for x in result.outlines if "HANDED" in x] == [
         "HANDED VaultContext ['options', 'provider_model', 'response_cache', 'rate_limiter'] 7 True"
     ]
+
+
+def test_a_plugins_offline_model_is_a_control_because_it_says_so(mycorp: pytest.Pytester) -> None:
+    """The docs' plugin claims `mycorp:x` offline (`Spec(..., offline=True)`): a control,
+    as our own are, by what its plugin declared, never by its name."""
+    result = mycorp.runpytest(
+        *COMMON, "--vault-model=mycorp:x", "--vault-trials=2", "--vault-results=out.parquet"
+    )
+    result.assert_outcomes(passed=24)
+    assert "  mycorp:x: deterministic: their trials are identical" in result.outlines
+    _, meta = read_results(mycorp.path / "out.parquet")
+    assert meta["controls"] == ["mycorp:x"]
+    from pytest_vault.report.results import controls
+
+    assert controls([meta], {"mycorp:x", "scripted:obedient"}) == {"mycorp:x"}
+    # A file from before the record: our own controls, by their name.
+    assert controls([{}], {"mycorp:x", "scripted:obedient"}) == {"scripted:obedient"}
