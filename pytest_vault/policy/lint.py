@@ -53,10 +53,12 @@ from pytest_vault.guard.passport import (
     passport_from_data,
     problem_loc,
 )
-from pytest_vault.policy.diff import (
+from pytest_vault.policy.diff import level_files
+from pytest_vault.policy.fields import (
     ALLOWLIST,
+    BY_NAME,
     CHARGE_LIMITS,
-    level_files,
+    at,
     parts,
     pointer,
     quoted,
@@ -74,6 +76,8 @@ from pytest_vault.policy.witness import (
 )
 
 Severity = Literal["error", "warning"]
+# Where each finding is written: the table's pointers (`fields.FIELDS`), as diff reports.
+EXPIRES_AT, NEVER_EXPIRES = BY_NAME["expiry"].pointers
 
 
 class Finding(NamedTuple):
@@ -124,21 +128,21 @@ def _expiry(file: str, passport: Passport, now: datetime) -> list[Finding]:
                 "never_expires is false but there is no expires_at: the guard reads it as "
                 "never expiring; give expires_at, or write never_expires: true if that is meant"
             )
-            return [Finding(file, "/never_expires", "error", "expiry-missing", words)]
+            return [Finding(file, NEVER_EXPIRES, "error", "expiry-missing", words)]
         if passport.never_expires is None:
             words = (
                 "no expires_at and no never_expires: the passport never expires; write "
                 "never_expires: true if that is meant, or give expires_at"
             )
-            return [Finding(file, "/expires_at", "warning", "no-expiry", words)]
+            return [Finding(file, EXPIRES_AT, "warning", "no-expiry", words)]
         return []
     when = iso(passport.expires_at)
     if passport.never_expires:
         words = f"never_expires is true, so expires_at {when} is ignored"
-        return [Finding(file, "/expires_at", "warning", "expiry-ignored", words)]
+        return [Finding(file, EXPIRES_AT, "warning", "expiry-ignored", words)]
     if now >= passport.expires_at:
         words = f"expired at {when}: every call is denied (oap.passport_expired)"
-        return [Finding(file, "/expires_at", "error", "expired", words)]
+        return [Finding(file, EXPIRES_AT, "error", "expired", words)]
     return []
 
 
@@ -290,11 +294,11 @@ def _allowlist(file: str, entries: Sequence[str], probe: _Probe) -> list[Finding
 def _currencies(file: str, limits: ChargeLimits, probe: _Probe) -> list[Finding]:
     if not limits.currency_limits:
         words = "no currency: every call is denied (oap.currency_unsupported)"
-        where = f"{CHARGE_LIMITS}/currency_limits"
+        where = BY_NAME["currency_limits"].pointers[1]  # the whole map
         return [Finding(file, where, "warning", "no-currencies", words)]
     out: list[Finding] = []
     for cur, cap in limits.currency_limits.items():
-        where = pointer("limits", CHARGE, "currency_limits", cur)
+        where = at("currency_limits", currency=cur)
         if cur not in MINOR_DIGITS:
             words = f"the guard knows no currency {cur}: calls in it are always denied"
             out.append(Finding(file, where, "warning", "unknown-currency", words))
@@ -307,7 +311,7 @@ def _currencies(file: str, limits: ChargeLimits, probe: _Probe) -> list[Finding]
                 f"{money(cap.daily_cap, cur)}: the daily cap is the real limit, and "
                 "max_per_tx can never bind"
             )
-            where += "/max_per_tx"
+            where = at("max_per_tx", currency=cur)
             finding = Finding(file, where, "warning", "max-above-daily-cap", words)
             if cur in MINOR_DIGITS:  # an amount within max_per_tx, over the daily cap
                 finding = probe.witness(finding, False, currency=cur, minor=cap.daily_cap + 1)
@@ -317,7 +321,7 @@ def _currencies(file: str, limits: ChargeLimits, probe: _Probe) -> list[Finding]
                 f"max_per_tx {money(cap.max_per_tx, cur)} equals daily_cap: every amount over "
                 "it is over the daily cap too, so max_per_tx can never decide a call"
             )
-            where += "/max_per_tx"
+            where = at("max_per_tx", currency=cur)
             out.append(Finding(file, where, "warning", "limit-never-binds", words))
     return out
 
@@ -343,7 +347,7 @@ def _capability_amounts(
         cur, cap = named, limits.currency_limits[named]
         if amount == cap.max_per_tx:
             continue
-        where = pointer("capabilities", index, "params", "max_amount")
+        where = at("capability_params", index=index) + "/max_amount"
         stated = f"max_amount {money(amount, cur)}"
         limit = f"{CHARGE} max_per_tx {money(cap.max_per_tx, cur)}"
         if amount > cap.max_per_tx:
@@ -371,13 +375,13 @@ def _context_limits(file: str, limits: ChargeLimits) -> list[Finding]:
     shipping country), where the engine reads a missing limit as none."""
     out: list[Finding] = []
     if limits.max_items_per_tx is None:
-        where = f"{CHARGE_LIMITS}/max_items_per_tx"
+        where = at("max_items_per_tx")
         words = "no max_items_per_tx: a pack context may carry any number of items"
         out.append(Finding(file, where, "warning", "no-item-cap", words))
     # Left out, the list is the pack's "no country rule" (there is no "*" for countries);
     # written empty, it reads the same, which its author cannot have meant.
     if "allowed_countries" in limits.model_fields_set and not limits.allowed_countries:
-        where = f"{CHARGE_LIMITS}/allowed_countries"
+        where = at("allowed_countries")
         words = (
             "EMPTY allowed_countries: the published pack reads it as 'any shipping country' "
             "(fail-open); list the countries, or leave the field out if any is meant"
@@ -400,13 +404,13 @@ def _charge(file: str, passport: Passport, limits: ChargeLimits, now: datetime) 
             f"assurance_level {passport.assurance_level} is below {needed}: every call is "
             "denied (oap.assurance_insufficient)"
         )
-        out.append(Finding(file, "/assurance_level", "error", "assurance-below-minimum", words))
+        out.append(Finding(file, at("assurance_level"), "error", "assurance-below-minimum", words))
     if not passport.regions:
         words = "no region: every transfer_funds call is denied (oap.region_blocked)"
-        out.append(Finding(file, "/regions", "warning", "no-regions", words))
+        out.append(Finding(file, at("regions"), "warning", "no-regions", words))
     if limits.approval_required:
         words = "every call needs a human approval the agent cannot give (oap.approval_required)"
-        where = f"{CHARGE_LIMITS}/approval_required"
+        where = at("approval_required")
         out.append(Finding(file, where, "warning", "approval-required", words))
     if (
         "require_assurance_at_least" in limits.model_fields_set
@@ -416,7 +420,7 @@ def _charge(file: str, passport: Passport, limits: ChargeLimits, now: datetime) 
             f"require_assurance_at_least {limits.require_assurance_at_least} can never bind: "
             f"the pack's minimum {PACK_MIN_ASSURANCE} applies first"
         )
-        where = f"{CHARGE_LIMITS}/require_assurance_at_least"
+        where = at("require_assurance_at_least")
         out.append(Finding(file, where, "warning", "assurance-requirement-never-binds", words))
     probe = _Probe(passport, now)
     out += _allowlist(file, limits.allowed_merchant_ids, probe)
@@ -426,7 +430,7 @@ def _charge(file: str, passport: Passport, limits: ChargeLimits, now: datetime) 
     for index, category in enumerate(limits.blocked_categories):
         if category == TRANSFER_CATEGORY:
             words = f"{TRANSFER_CATEGORY} is blocked: every transfer_funds call is denied"
-            where = f"{CHARGE_LIMITS}/blocked_categories/{index}"
+            where = f"{at('blocked_categories')}/{index}"
             out.append(Finding(file, where, "warning", "transfers-blocked", words))
     return out
 
@@ -456,7 +460,7 @@ def _findings(file: str, passport: Passport, now: datetime) -> list[Finding]:
     out: list[Finding] = []
     if passport.status != "active":
         words = f"status is {passport.status}: every call is denied (oap.passport_suspended)"
-        out.append(Finding(file, "/status", "warning", "not-active", words))
+        out.append(Finding(file, at("status"), "warning", "not-active", words))
     out += _expiry(file, passport, now)
     limits = passport.charge_limits
     if limits is not None:
@@ -466,7 +470,7 @@ def _findings(file: str, passport: Passport, now: datetime) -> list[Finding]:
             f"limits.{CHARGE} can never bind: the passport does not grant {CHARGE}, so every "
             "call is denied (oap.unknown_capability) whatever they say"
         )
-        out.append(Finding(file, CHARGE_LIMITS, "warning", "dormant-limits", words))
+        out.append(Finding(file, at("charge_limits"), "warning", "dormant-limits", words))
     return out
 
 

@@ -29,27 +29,12 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from pytest_vault.core.json import dumps, plain
 from pytest_vault.core.text import shown
 from pytest_vault.guard.engine import (
     PACK_MIN_ASSURANCE,
-    RULE_APPROVAL,
-    RULE_APPROVAL_CODE,
-    RULE_ASSURANCE,
-    RULE_CAPABILITY,
-    RULE_CATEGORY,
-    RULE_COUNTRY,
-    RULE_CURRENCY,
-    RULE_DAILY,
-    RULE_EXPIRY,
-    RULE_ITEMS,
-    RULE_KEY_REQUIRED,
-    RULE_MERCHANT,
-    RULE_PER_TX,
-    RULE_REGION,
-    RULE_STATUS,
     TRANSFER_CATEGORY,
     TRANSFER_TOOL,
     Decision,
@@ -67,6 +52,9 @@ from pytest_vault.guard.passport import (
     CurrencyLimit,
     Passport,
 )
+
+if TYPE_CHECKING:  # the table of fields reads this module: its entries are given to `find`
+    from pytest_vault.policy.fields import Field
 
 Kind = Literal["call", "context"]
 Effect = Literal["widens", "narrows", "neutral"]
@@ -471,67 +459,14 @@ class Found(NamedTuple):
     undecided: str | None = None  # why the search could not tell
 
 
-def _dimension(pointer: str) -> str:
-    limits = f"/limits/{CHARGE}"
-    fixed = {
-        "/status": "status",
-        "/expires_at": "expiry",
-        "/never_expires": "expiry",
-        "/assurance_level": "assurance",
-        "/capabilities": "capability",
-        "/regions": "region",
-        "/regions/0": "first_region",
-        limits: "limits",
-        f"{limits}/allowed_merchant_ids": "recipient",
-        f"{limits}/allowed_countries": "country",
-        f"{limits}/blocked_categories": "category",
-        f"{limits}/max_items_per_tx": "items",
-        f"{limits}/require_assurance_at_least": "assurance",
-        f"{limits}/idempotency_required": "key",
-        f"{limits}/approval_required": "approval",
-        f"{limits}/x_vault_memo_approval_code_required": "code",
-        "": "level",
-    }
-    if pointer in fixed:
-        return fixed[pointer]
-    if pointer.startswith("/capabilities/"):
-        return "params"
-    prefix = f"{limits}/currency_limits/"
-    if pointer.startswith(prefix):
-        rest = pointer.removeprefix(prefix).split("/")
-        if len(rest) == 1:
-            return "currency"
-        return {"max_per_tx": "per_tx", "daily_cap": "daily"}.get(rest[1], "other")
-    return "other"
-
-
-# The rules a change of each dimension can flip: a witness refused for these alone is
-# the change's own.
-RULES: dict[str, frozenset[str]] = {
-    "status": frozenset({RULE_STATUS}),
-    "expiry": frozenset({RULE_EXPIRY}),
-    "assurance": frozenset({RULE_ASSURANCE}),
-    "capability": frozenset({RULE_CAPABILITY}),
-    "region": frozenset({RULE_REGION}),
-    "first_region": frozenset({RULE_REGION}),
-    "recipient": frozenset({RULE_MERCHANT}),
-    "currency": frozenset({RULE_CURRENCY}),
-    "per_tx": frozenset({RULE_PER_TX}),
-    "daily": frozenset({RULE_DAILY}),
-    "country": frozenset({RULE_COUNTRY}),
-    "category": frozenset({RULE_CATEGORY}),
-    "items": frozenset({RULE_ITEMS}),
-    "key": frozenset({RULE_KEY_REQUIRED}),
-    "approval": frozenset({RULE_APPROVAL}),
-    "code": frozenset({RULE_APPROVAL_CODE}),
-}
-
-
 def _currency_of(pointer: str) -> str:
     return pointer.removeprefix(f"/limits/{CHARGE}/currency_limits/").split("/")[0]
 
 
-class _Plan(NamedTuple):
+class Plan(NamedTuple):
+    """A field's witness builder's answer: the candidates to judge, and why none can be
+    a witness (`no_effect`) or where the search stopped (`bound`)."""
+
     candidates: list[Candidate]
     no_effect: str | None = None
     bound: str | None = None
@@ -562,19 +497,23 @@ class Search:
         effect: str,
         old: Passport,
         new: Passport,
+        field: Field[Any] | None = None,
     ) -> Found:
         """A witness of one change of `old` into `new`, whose field alone `effect`s
         (widens, narrows, neutral): one decided differently in that direction (for a
-        neutral change, in either), checked by the engine; else why there is none."""
+        neutral change, in either), checked by the engine; else why there is none.
+        `field`: the table entry (`fields.FIELDS`) the change is of, whose witness builder
+        makes the candidates and whose rules make a refusal its own; None: no candidate."""
         if time.monotonic() >= self.deadline:
             return Found(
                 None, undecided=f"the search stopped at its time bound ({self.bounds.seconds:g} s)"
             )
-        dim = _dimension(pointer)
         directions = {"widens": [("new", "old")], "narrows": [("old", "new")]}.get(
             effect, [("new", "old"), ("old", "new")]
         )
         sides = {"old": self.side(old, "old"), "new": self.side(new, "new")}
+        value = new_value if old_value is None else old_value  # an entry's change: one side
+        rules: frozenset[str] = frozenset() if field is None else field.rules
         best: Witness | None = None
         reasons: Witness | None = None
         proofs: list[str] = []
@@ -582,11 +521,10 @@ class Search:
         tried = refused_before = 0  # candidates judged; those whose earlier steps failed
         for a_name, d_name in directions:
             a, d = sides[a_name], sides[d_name]
-            plan = self._plan(dim, pointer, old_value, new_value, a, d)
+            plan = Plan([]) if field is None else field.witness(self, pointer, value, a, d)
             if plan.bound:
                 bounds.append(plan.bound)
             wanted = "widens" if a_name == "new" else "narrows"
-            rules = RULES.get(dim, frozenset())
             for candidate in plan.candidates:
                 if time.monotonic() >= self.deadline:
                     bounds.append(
@@ -610,7 +548,8 @@ class Search:
                         reasons = found
             if best is not None:
                 return Found(best)
-            why = plan.no_effect or self._nothing(a, dim)
+            timed = field is not None and field.timed
+            why = plan.no_effect or self._nothing(a, expiry=not timed)
             if why is not None:
                 proofs.append(why)
         if effect == "neutral":
@@ -623,167 +562,175 @@ class Search:
             return Found(reasons, undecided=_ENTANGLED)
         return Found(reasons, undecided="no witness found")
 
-    def _nothing(self, a: Side, dim: str) -> str | None:
-        why = a.nothing(self.now, expiry=dim != "expiry")
+    def _nothing(self, a: Side, *, expiry: bool) -> str | None:
+        why = a.nothing(self.now, expiry=expiry)
         return None if why is None else f"the {a.name} passport permits nothing: {why}"
 
-    # -- candidates, by the dimension that changed --------------------------------------------
-    def _plan(
-        self, dim: str, pointer: str, old_value: Any, new_value: Any, a: Side, d: Side
-    ) -> _Plan:
-        value = new_value if old_value is None else old_value  # an entry's change: one side
-        if dim == "recipient":
-            return self._recipient(value, a, d)
-        if dim == "currency":
-            cur = _currency_of(pointer)
-            if cur not in MINOR_DIGITS:
-                return _Plan([], f"the guard knows no currency {cur}")
-            return _Plan(_both(bases(a, d, currency=cur)))
-        if dim == "per_tx":
-            return self._per_tx(_currency_of(pointer), a, d)
-        if dim == "daily":
-            return self._daily(_currency_of(pointer), a, d)
-        if dim == "expiry":
-            return self._expiry(a, d)
-        if dim == "region":
-            return self._region(value, a, d)
-        if dim == "country":
-            return self._country(value, a, d)
-        if dim == "category":
-            return self._category(value, a, d)
-        if dim == "items":
-            return self._items(a, d)
-        if dim == "key":
-            return _Plan([Candidate(k, (s,)) for k, s in _pairs(bases(a, d), key=False)])
-        if dim == "code":
-            return _Plan([Candidate(CALL, (b.call(memo=False),)) for b in bases(a, d)])
-        if dim in ("params", "other", "level"):
-            return _Plan([])
-        # status, assurance, capability, approval, first region, limits: any call.
-        return _Plan(_both(bases(a, d)))
 
-    def _recipient(self, value: Any, a: Side, d: Side) -> _Plan:
-        if isinstance(value, list) or value == WILDCARD:
-            if not a.anyone():
-                return _Plan([])
-            recipient = stranger(a, d)
-        else:
-            recipient = str(value)
-            if (why := unreadable_recipient(recipient)) is not None:
-                return _Plan([], f"the guard can never pay {recipient!r} ({why})")
-        return _Plan(_both(bases(a, d, recipient=recipient)))
+# -- witness builders: the candidates for a change of one field (`fields.FIELDS`) ------------------
+#
+# Each takes the search, the change's pointer and value (the entry added or removed; else
+# the old value) and the permitting side `a` and the denying side `d`: the calls `a` may
+# allow and `d` refuse.
 
-    def _per_tx(self, cur: str, a: Side, d: Side) -> _Plan:
-        """An amount above `d`'s per-transfer limit and within all of `a`'s caps."""
-        if cur not in MINOR_DIGITS:
-            return _Plan([], f"the guard knows no currency {cur}")
-        high, low = a.per_tx(cur), d.per_tx(cur)
-        if high <= low:
-            return _Plan([])
-        top = int(min(high, a.daily(cur)))  # the largest amount `a` allows in one call
-        amounts: list[int] = []
-        # Within `d`'s daily cap too (refused for the limit alone), within `a`'s caps, and
-        # the new limit itself (which shows the reasons change where the daily cap binds).
-        for x in (int(min(top, d.daily(cur))), top, high):
-            if x > low and x not in amounts:
-                amounts.append(x)
-        candidates = [
-            Candidate(CALL, (b.call(minor=x),)) for x in amounts for b in bases(a, d, currency=cur)
-        ]
-        no_effect = None
-        if top <= low:
-            no_effect = (
-                f"the {a.name} passport's daily cap {money(int(a.daily(cur)), cur)} binds first"
+
+def any_call(search: Search, pointer: str, value: Any, a: Side, d: Side) -> Plan:
+    """Any call `a` allows: a field that decides every call alike (status, assurance...)."""
+    return Plan(_both(bases(a, d)))
+
+
+def no_call(search: Search, pointer: str, value: Any, a: Side, d: Side) -> Plan:
+    """None: a field the guard never reads."""
+    return Plan([])
+
+
+def currency_plan(search: Search, pointer: str, value: Any, a: Side, d: Side) -> Plan:
+    cur = _currency_of(pointer)
+    if cur not in MINOR_DIGITS:
+        return Plan([], f"the guard knows no currency {cur}")
+    return Plan(_both(bases(a, d, currency=cur)))
+
+
+def key_plan(search: Search, pointer: str, value: Any, a: Side, d: Side) -> Plan:
+    """The base calls without an idempotency key."""
+    return Plan([Candidate(k, (s,)) for k, s in _pairs(bases(a, d), key=False)])
+
+
+def code_plan(search: Search, pointer: str, value: Any, a: Side, d: Side) -> Plan:
+    """The base calls without an approval code in the memo."""
+    return Plan([Candidate(CALL, (b.call(memo=False),)) for b in bases(a, d)])
+
+
+def recipient_plan(search: Search, pointer: str, value: Any, a: Side, d: Side) -> Plan:
+    if isinstance(value, list) or value == WILDCARD:
+        if not a.anyone():
+            return Plan([])
+        recipient = stranger(a, d)
+    else:
+        recipient = str(value)
+        if (why := unreadable_recipient(recipient)) is not None:
+            return Plan([], f"the guard can never pay {recipient!r} ({why})")
+    return Plan(_both(bases(a, d, recipient=recipient)))
+
+
+def per_tx_plan(search: Search, pointer: str, value: Any, a: Side, d: Side) -> Plan:
+    """An amount above `d`'s per-transfer limit and within all of `a`'s caps."""
+    cur = _currency_of(pointer)
+    if cur not in MINOR_DIGITS:
+        return Plan([], f"the guard knows no currency {cur}")
+    high, low = a.per_tx(cur), d.per_tx(cur)
+    if high <= low:
+        return Plan([])
+    top = int(min(high, a.daily(cur)))  # the largest amount `a` allows in one call
+    amounts: list[int] = []
+    # Within `d`'s daily cap too (refused for the limit alone), within `a`'s caps, and
+    # the new limit itself (which shows the reasons change where the daily cap binds).
+    for x in (int(min(top, d.daily(cur))), top, high):
+        if x > low and x not in amounts:
+            amounts.append(x)
+    candidates = [
+        Candidate(CALL, (b.call(minor=x),)) for x in amounts for b in bases(a, d, currency=cur)
+    ]
+    no_effect = None
+    if top <= low:
+        no_effect = f"the {a.name} passport's daily cap {money(int(a.daily(cur)), cur)} binds first"
+    return Plan(candidates, no_effect)
+
+
+def daily_plan(search: Search, pointer: str, value: Any, a: Side, d: Side) -> Plan:
+    """Earlier transfers up to the lower daily cap (each within both per-transfer
+    limits), then one that passes it and stays within the higher."""
+    cur = _currency_of(pointer)
+    if cur not in MINOR_DIGITS:
+        return Plan([], f"the guard knows no currency {cur}")
+    high, low = a.daily(cur), d.daily(cur)
+    if a.per_tx(cur) < 1:
+        return Plan([], f"the {a.name} passport permits no amount in {cur}")
+    if high <= low:
+        return Plan([])
+    low_i = int(low)
+    step = min(a.per_tx(cur), d.per_tx(cur))  # an earlier transfer both allow
+    mine = a.per_tx(cur)  # the last one, which only `a` need allow
+    plans: list[tuple[int, int, int]] = []  # (earlier transfers, each, last)
+    if step >= 1:
+        n = low_i // step
+        rest = low_i - n * step
+        if (n + 1) * step <= high:
+            plans.append((n, step, step))  # round: the last like the others
+        plans.append((n, step, rest + 1))  # the least that passes the lower cap
+        if mine > step:  # fewer earlier ones, a larger last one (refused twice by `d`)
+            need = max(0, low_i + 1 - mine)
+            k = -(-need // step)
+            last = int(min(mine, high - k * step))
+            if last > low_i - k * step:
+                plans.append((k, step, last))
+    else:
+        last = int(min(mine, high))
+        if last > low_i:
+            plans.append((0, 0, last))
+    candidates: list[Candidate] = []
+    bound = None
+    earlier = search.bounds.earlier
+    for n, each, last in plans:
+        if n > earlier:
+            bound = bound or (
+                f"a witness needs {n:,} earlier transfers to reach the daily cap "
+                f"{money(low_i, cur)} (the bound is {earlier})"
             )
-        return _Plan(candidates, no_effect)
+            continue
+        for b in bases(a, d, currency=cur):
+            steps = tuple(b.call(i + 1, minor=each) for i in range(n))
+            candidates.append(Candidate(CALL, (*steps, b.call(n + 1, minor=last))))
+    return Plan(candidates, None, bound)
 
-    def _daily(self, cur: str, a: Side, d: Side) -> _Plan:
-        """Earlier transfers up to the lower daily cap (each within both per-transfer
-        limits), then one that passes it and stays within the higher."""
-        if cur not in MINOR_DIGITS:
-            return _Plan([], f"the guard knows no currency {cur}")
-        high, low = a.daily(cur), d.daily(cur)
-        if a.per_tx(cur) < 1:
-            return _Plan([], f"the {a.name} passport permits no amount in {cur}")
-        if high <= low:
-            return _Plan([])
-        low_i = int(low)
-        step = min(a.per_tx(cur), d.per_tx(cur))  # an earlier transfer both allow
-        mine = a.per_tx(cur)  # the last one, which only `a` need allow
-        plans: list[tuple[int, int, int]] = []  # (earlier transfers, each, last)
-        if step >= 1:
-            n = low_i // step
-            rest = low_i - n * step
-            if (n + 1) * step <= high:
-                plans.append((n, step, step))  # round: the last like the others
-            plans.append((n, step, rest + 1))  # the least that passes the lower cap
-            if mine > step:  # fewer earlier ones, a larger last one (refused twice by `d`)
-                need = max(0, low_i + 1 - mine)
-                k = -(-need // step)
-                last = int(min(mine, high - k * step))
-                if last > low_i - k * step:
-                    plans.append((k, step, last))
-        else:
-            last = int(min(mine, high))
-            if last > low_i:
-                plans.append((0, 0, last))
-        candidates: list[Candidate] = []
-        bound = None
-        for n, each, last in plans:
-            if n > self.bounds.earlier:
-                bound = bound or (
-                    f"a witness needs {n:,} earlier transfers to reach the daily cap "
-                    f"{money(low_i, cur)} (the bound is {self.bounds.earlier})"
-                )
-                continue
-            for b in bases(a, d, currency=cur):
-                steps = tuple(b.call(i + 1, minor=each) for i in range(n))
-                candidates.append(Candidate(CALL, (*steps, b.call(n + 1, minor=last))))
-        return _Plan(candidates, None, bound)
 
-    def _expiry(self, a: Side, d: Side) -> _Plan:
-        """The instant the earlier expiry bites, or now if it has already."""
-        ea, ed = expiry_of(a.passport), expiry_of(d.passport)
-        if ed is None or (ea is not None and ea <= ed):
-            return _Plan([])  # `a` never expires after `d`: it cannot allow what `d` refuses
-        if ea is not None and ea <= self.now:
-            return _Plan([], f"both passports have expired (at {iso(ed)} and {iso(ea)})")
-        at = None if self.now >= ed else ed
-        return _Plan([Candidate(k, (s,), at) for k, s in _pairs(bases(a, d))])
+def expiry_plan(search: Search, pointer: str, value: Any, a: Side, d: Side) -> Plan:
+    """The instant the earlier expiry bites, or now if it has already."""
+    ea, ed = expiry_of(a.passport), expiry_of(d.passport)
+    if ed is None or (ea is not None and ea <= ed):
+        return Plan([])  # `a` never expires after `d`: it cannot allow what `d` refuses
+    if ea is not None and ea <= search.now:
+        return Plan([], f"both passports have expired (at {iso(ed)} and {iso(ea)})")
+    at = None if search.now >= ed else ed
+    return Plan([Candidate(k, (s,), at) for k, s in _pairs(bases(a, d))])
 
-    def _region(self, value: Any, a: Side, d: Side) -> _Plan:
-        candidates = _both(bases(a, d))  # transfer_funds calls: judged in the first region
-        if isinstance(value, str) and value in a.regions and value not in d.regions:
-            candidates += [Candidate(CONTEXT, (b.context(region=value),)) for b in bases(a, d)]
-        return _Plan(candidates)
 
-    def _country(self, value: Any, a: Side, d: Side) -> _Plan:
-        """A shipping country `a` permits (any, where its list is empty) and `d` does not."""
-        if isinstance(value, str):
-            country = value
-        elif a.countries:
-            country = next((c for c in a.countries if c not in d.countries), a.countries[0])
-        else:
-            country = _unlisted(d.countries)
-        return _Plan([Candidate(CONTEXT, (b.context(country=country),)) for b in bases(a, d)])
+def region_plan(search: Search, pointer: str, value: Any, a: Side, d: Side) -> Plan:
+    candidates = _both(bases(a, d))  # transfer_funds calls: judged in the first region
+    if isinstance(value, str) and value in a.regions and value not in d.regions:
+        candidates += [Candidate(CONTEXT, (b.context(region=value),)) for b in bases(a, d)]
+    return Plan(candidates)
 
-    def _category(self, value: Any, a: Side, d: Side) -> _Plan:
-        category = str(value)
-        contexts = [Candidate(CONTEXT, (b.context(category=category),)) for b in bases(a, d)]
-        if category == TRANSFER_CATEGORY:  # every transfer_funds call is of it
-            return _Plan([Candidate(CALL, (b.call(),)) for b in bases(a, d)] + contexts)
-        return _Plan(contexts)
 
-    def _items(self, a: Side, d: Side) -> _Plan:
-        """One item more than `d` permits in a context."""
-        if d.max_items is None or (a.max_items is not None and a.max_items <= d.max_items):
-            return _Plan([])
-        k = d.max_items + 1
-        if k > self.bounds.items:
-            bound = f"a witness needs a context of {k:,} items (the bound is {self.bounds.items})"
-            return _Plan([], None, bound)
-        items = [{"sku": f"witness-item-{i + 1}", "qty": 1, "price": 1} for i in range(k)]
-        return _Plan([Candidate(CONTEXT, (b.context(items=items),)) for b in bases(a, d)])
+def country_plan(search: Search, pointer: str, value: Any, a: Side, d: Side) -> Plan:
+    """A shipping country `a` permits (any, where its list is empty) and `d` does not."""
+    if isinstance(value, str):
+        country = value
+    elif a.countries:
+        country = next((c for c in a.countries if c not in d.countries), a.countries[0])
+    else:
+        country = _unlisted(d.countries)
+    return Plan([Candidate(CONTEXT, (b.context(country=country),)) for b in bases(a, d)])
+
+
+def category_plan(search: Search, pointer: str, value: Any, a: Side, d: Side) -> Plan:
+    category = str(value)
+    contexts = [Candidate(CONTEXT, (b.context(category=category),)) for b in bases(a, d)]
+    if category == TRANSFER_CATEGORY:  # every transfer_funds call is of it
+        return Plan([Candidate(CALL, (b.call(),)) for b in bases(a, d)] + contexts)
+    return Plan(contexts)
+
+
+def items_plan(search: Search, pointer: str, value: Any, a: Side, d: Side) -> Plan:
+    """One item more than `d` permits in a context."""
+    if d.max_items is None or (a.max_items is not None and a.max_items <= d.max_items):
+        return Plan([])
+    k = d.max_items + 1
+    if k > search.bounds.items:
+        bound = f"a witness needs a context of {k:,} items (the bound is {search.bounds.items})"
+        return Plan([], None, bound)
+    items = [{"sku": f"witness-item-{i + 1}", "qty": 1, "price": 1} for i in range(k)]
+    return Plan([Candidate(CONTEXT, (b.context(items=items),)) for b in bases(a, d)])
 
 
 # Every witness tried needed earlier transfers one of the passports refuses: other changes
