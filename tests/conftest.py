@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import os
-import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -54,42 +54,63 @@ def _spreads(args: tuple[object, ...]) -> bool:
 
 def _starts_pytest(args: Any) -> bool:
     """Whether a command (as `subprocess.Popen` takes it) runs pytest: `pytest ...`,
-    `.../pytest ...` or `python -m pytest`, as a program or, in a shell line, after `&&`,
-    `||`, `;` or `|`."""
+    `.../pytest ...`, `python -m pytest` or `python -mpytest` (pytester's), as a program
+    or, in a shell line, after `&&`, `||`, `;` or `|`."""
     if isinstance(args, (str, bytes, os.PathLike)):
         words = os.fsdecode(args).split()
     else:
         words = [os.fsdecode(a) if isinstance(a, (bytes, os.PathLike)) else str(a) for a in args]
     return any(
-        (w == "pytest" and i > 0 and words[i - 1] == "-m")
+        w == "-mpytest"
+        or (w == "pytest" and i > 0 and words[i - 1] == "-m")
         or (Path(w).name == "pytest" and (i == 0 or words[i - 1] in ("&&", "||", ";", "|")))
         for i, w in enumerate(words)
     )
 
 
-@pytest.fixture(autouse=True)
-def _slow_if_it_starts_pytest(
-    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The rule of `-m "not slow"`, kept where such runs start: a test that starts pytest
-    in a subprocess (by pytester or by hand) is marked `slow`, or it fails saying so."""
-    if request.node.get_closest_marker("slow") is not None:
-        return
-    name = request.node.nodeid
-    popen = subprocess.Popen
+STARTS_PYTEST = "run_pytest"
 
-    class Popen(popen):  # type: ignore[type-arg,misc,valid-type]
-        def __init__(self, args: Any, *more: Any, **kwargs: Any) -> None:
-            if _starts_pytest(args):
-                pytest.fail(f"{name} starts pytest in a subprocess: mark it @pytest.mark.slow")
-            super().__init__(args, *more, **kwargs)
 
-    monkeypatch.setattr(subprocess, "Popen", Popen)
+class RunPytest:
+    """Starts pytest in a subprocess, as the tests do: `run_pytest(*args)` in the test's
+    pytester folder (pytester's `runpytest_subprocess`), or `run_pytest.argv(*args)` for a
+    test that runs the command itself (one it kills, or whose output it merges)."""
+
+    def __init__(self, request: pytest.FixtureRequest) -> None:
+        self._request = request
+
+    def __call__(
+        self, *args: str | os.PathLike[str], timeout: float | None = None
+    ) -> pytest.RunResult:
+        pytester: pytest.Pytester = self._request.getfixturevalue("pytester")
+        return pytester.runpytest_subprocess(*args, timeout=timeout)
+
+    @staticmethod
+    def argv(*args: str | os.PathLike[str]) -> list[str]:
+        """`python -m pytest ARGS`, with this interpreter."""
+        return [sys.executable, "-m", "pytest", *(os.fspath(a) for a in args)]
+
+
+@pytest.fixture
+def run_pytest(request: pytest.FixtureRequest) -> RunPytest:
+    """The way a test starts pytest in a subprocess: a test that takes this fixture,
+    itself or through another fixture, is marked `slow` (below)."""
+    return RunPytest(request)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The rule of `-m "not slow"`: a test that starts pytest (it takes `run_pytest`) is
+    `slow`, marked here before `-m` deselects, so that no one has to remember it."""
+    for item in items:
+        if STARTS_PYTEST in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture
 def pytester(pytester: pytest.Pytester, request: pytest.FixtureRequest) -> pytest.Pytester:
-    """A test that runs xdist workers is marked `slow`, or it fails saying so.
+    """A test that starts pytest by pytester, in a subprocess or with xdist workers, is
+    `slow` (it takes `run_pytest`, or is marked), or it fails saying so.
 
     Each test project names its folder as its corpus, as a team's config does
     (`vault_corpus`): a test that makes its own config file says so again, or names its
@@ -98,14 +119,20 @@ def pytester(pytester: pytest.Pytester, request: pytest.FixtureRequest) -> pytes
     if request.node.get_closest_marker("slow") is not None:
         return pytester
     name = request.node.nodeid
-    inprocess = pytester.runpytest
+    inprocess, popen = pytester.runpytest, pytester.popen
 
     def runpytest(*args: Any, **kwargs: Any) -> pytest.RunResult:
         if _spreads(args):
             pytest.fail(f"{name} runs xdist workers: mark it @pytest.mark.slow")
         return inprocess(*args, **kwargs)
 
+    def started(cmdargs: Any, *args: Any, **kwargs: Any) -> Any:
+        if _starts_pytest(cmdargs):
+            pytest.fail(f"{name} starts pytest in a subprocess: take the run_pytest fixture")
+        return popen(cmdargs, *args, **kwargs)
+
     pytester.runpytest = runpytest  # type: ignore[method-assign]
+    pytester.popen = started  # type: ignore[method-assign]
     return pytester
 
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from .conftest import RunPytest
+
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW = ROOT / "docs" / "ci" / "github-actions.yml"
 pytest.importorskip("check_jsonschema")
@@ -65,7 +67,7 @@ def _commands(tool: str) -> list[str]:
 
 
 @pytest.mark.slow  # starts pytest in a subprocess
-def test_every_option_the_workflow_uses_exists() -> None:
+def test_every_option_the_workflow_uses_exists(run_pytest: RunPytest) -> None:
     used = {
         tool: {
             opt for line in _commands(tool) for opt in re.findall(r"(?<![\w-])--[a-z][a-z-]+", line)
@@ -74,7 +76,7 @@ def test_every_option_the_workflow_uses_exists() -> None:
     }
     assert {"--vault-sample", "--vault-shard", "--vault-baseline", "--vault-plan"} <= used["pytest"]
     assert used["vault-report"] == {"--merge-to", "--html", "--format", "--out"}
-    assert used["pytest"] - _help(sys.executable, "-m", "pytest", "--help") == set()
+    assert used["pytest"] - _help(*run_pytest.argv("--help")) == set()
     assert (
         used["vault-report"] - _help(sys.executable, "-m", "pytest_vault.report", "--help") == set()
     )

@@ -333,7 +333,7 @@ class LoadedPrompt:
 
 
 def load_judge_prompt(path: Path = PROMPT_FILE) -> LoadedPrompt:
-    """`judges.toml`; any problem is a one-line `FileError` naming file, line and key."""
+    """`judges.toml`; any problem is a one-line `FileError` naming file and key."""
     prompt, data = load_toml(path, JudgePrompt)
     return LoadedPrompt(prompt, path, sha256(data))
 

@@ -83,8 +83,8 @@ def pairs_of(nodeids: Sequence[str], rootpath: Path, builtin: Sequence[Path]) ->
     """The pair of each indirect test, by node id, read from its corpus file: what the
     controller, which collects nothing, needs to group as the workers do from their items.
     A clean run is `clean-of-X[...]` in the file of X, the attack it was made for, and
-    shares X's pair. A file that does not load is left out: its workers fail to collect."""
-    from pytest_vault.core.errors import VaultError
+    shares X's pair. A file that does not load, whatever the failure, is left out: its
+    workers fail to collect it, saying why."""
     from pytest_vault.core.text import shown
     from pytest_vault.corpus.builtin import nodeid as builtin_nodeid
     from pytest_vault.corpus.load import load_corpus
@@ -101,7 +101,7 @@ def pairs_of(nodeids: Sequence[str], rootpath: Path, builtin: Sequence[Path]) ->
         if file not in files:
             try:
                 entries = load_corpus(where.get(file, rootpath / file))
-            except VaultError:
+            except Exception:  # noqa: BLE001 - any: the workers read it and say the real error
                 entries = []
             files[file] = {shown(c.id): p for _, c in entries if (p := c.clean_id()) is not None}
         known = files[file]

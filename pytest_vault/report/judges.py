@@ -43,9 +43,10 @@ class _Answer(TypedDict):
     cost_usd: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None
 
 
-# Read by pydantic's own JSON parser: three times faster than `read_verdicts` on the
-# paper's 222,400 rows. Files are checked strictly where they are read (`check_table`);
-# a value this reader refuses is read again strictly, for its problem in words.
+# Read by pydantic's own JSON parser, in compiled code, not `read_verdicts`' Python per
+# value: a report reads every row's verdicts. Files are checked strictly where they are
+# read (`check_table`); a value this reader refuses is read again strictly, for its
+# problem in words.
 _VALUE = TypeAdapter(dict[Annotated[str, Field(min_length=1)], _Answer]).validator
 
 

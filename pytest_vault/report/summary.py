@@ -19,7 +19,7 @@ from pytest_vault.harness.events import inconclusive, paired
 from pytest_vault.report.stats import rule_of_three, zero_bound
 
 # `report.judges.COLUMN`, named here so that a run without judges imports neither numpy
-# nor pyarrow for its summary: at the end of a large run they are 50 MB of peak memory.
+# nor pyarrow for its summary: the summary adds none of their memory (tests/test_wings.py).
 VERDICTS = "judge_verdicts"
 
 Row = Mapping[str, Any]

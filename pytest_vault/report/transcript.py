@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import json
 import shlex
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -113,11 +114,19 @@ def _keys(table: pa.Table) -> list[dict[str, Any]]:
     return keys
 
 
-def _named(table: pa.Table, at: pa.Array | None = None) -> list[tuple[str, ...]]:
-    """Each row's node ids (`node_names`), or those of the rows `at`: a clean run's with
-    the attack at its line."""
-    keys = _keys(table if at is None else table.take(at))
-    # The attacked runs of each pair, by corpus line: a clean run is at its first's.
+# The last table's tasks (`_tasks`), held by a weak reference: a report names the rows of
+# one table twice (what got through, the failures), and a dead reference never matches.
+_held: tuple[weakref.ref[pa.Table], dict[tuple[Any, Any], str]] | None = None
+
+
+def _tasks(table: pa.Table) -> dict[tuple[Any, Any], str]:
+    """The attack id of each pair's attacked runs, by corpus line (`pair`, `source`): a
+    clean run is named at its first's. A function of the whole (immutable) table, made
+    once for it."""
+    global _held
+    held = _held
+    if held is not None and held[0]() is table:
+        return held[1]
     attacked = (
         _keys(table.filter(pc.equal(table["clean"], False)))
         if "clean" in table.column_names
@@ -128,6 +137,15 @@ def _named(table: pa.Table, at: pa.Array | None = None) -> list[tuple[str, ...]]
         for k in attacked
         if k.get("source") is not None
     }
+    _held = (weakref.ref(table), tasks)
+    return tasks
+
+
+def _named(table: pa.Table, at: pa.Array | None = None) -> list[tuple[str, ...]]:
+    """Each row's node ids (`node_names`), or those of the rows `at`: a clean run's with
+    the attack at its line."""
+    keys = _keys(table if at is None else table.take(at))
+    tasks = _tasks(table)
     return [
         node_names(k, tasks.get((k["pair"], k["source"])) if k.get("clean") else None) for k in keys
     ]

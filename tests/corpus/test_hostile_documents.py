@@ -293,12 +293,9 @@ def test_a_byte_order_mark_is_not_part_of_any_document(tmp_path: Path) -> None:
 # -- levels.toml ---------------------------------------------------------------------------------
 
 TOML = (SHIPPED / "levels.toml").read_text()
-# The line of `[level.3]` in the shipped file, for messages that name a line.
+# The line of `[level.3]` in the shipped file, for the messages that name a line: tomllib's
+# (a syntax error) and the UTF-8 reader's; a bad field of valid TOML is named by its path.
 LEVEL_3 = TOML.splitlines().index("[level.3]") + 1
-# And of the lines a test edits: where a problem in the parsed table is named.
-LEVEL_3_TEMPERATURE = TOML.splitlines().index("temperature = 0.5") + 1
-LEVEL_5 = TOML.splitlines().index("[level.5]") + 1
-LEVEL_5_MAX_TOKENS = TOML.splitlines().index("max_tokens = 256") + 1
 
 
 def levels_folder(folder: Path) -> Path:
@@ -352,36 +349,36 @@ HOSTILE_TOML: dict[str, tuple[bytes, str]] = {
     ),
     "NaN-temperature": (
         TOML.replace("temperature = 0.5", "temperature = nan").encode(),
-        f"levels.toml:{LEVEL_3_TEMPERATURE}: level.3.temperature: Input should be a finite number",
+        "levels.toml: level.3.temperature: Input should be a finite number",
     ),
     # Strict: "0.5" and true (1.0) were read as temperatures; a prompt of spaces as ''.
     "text-temperature": (
         TOML.replace("temperature = 0.5", 'temperature = "0.5"').encode(),
-        f"levels.toml:{LEVEL_3_TEMPERATURE}: level.3.temperature: Input should be a valid number",
+        "levels.toml: level.3.temperature: Input should be a valid number",
     ),
     "bool-temperature": (
         TOML.replace("temperature = 0.5", "temperature = true").encode(),
-        f"levels.toml:{LEVEL_3_TEMPERATURE}: level.3.temperature: Input should be a valid number",
+        "levels.toml: level.3.temperature: Input should be a valid number",
     ),
     "blank-prompt": (
         _prompt_of_level_3('"  \\n "').encode(),
-        f"levels.toml:{LEVEL_3 + 4}: level.3.system_prompt: String should have at least 1 character",
+        "levels.toml: level.3.system_prompt: String should have at least 1 character",
     ),
     "unknown-top-level-key": (
         ("temperature = 0.0\n" + TOML).encode(),
-        "levels.toml:1: temperature: unknown key",
+        "levels.toml: temperature: unknown key",
     ),
     "infinite-max-tokens": (
         TOML.replace("max_tokens = 256", "max_tokens = inf").encode(),
-        f"levels.toml:{LEVEL_5_MAX_TOKENS}: level.5.max_tokens: Input should be a valid integer",
+        "levels.toml: level.5.max_tokens: Input should be a valid integer",
     ),
     "level-not-a-table": (
         TOML.replace("[level.5]", "[level]\n5 = 3\n[elsewhere]").encode(),
-        f"levels.toml:{LEVEL_5 + 1}: level.5: Input should be a valid dictionary (+1 more)",
+        "levels.toml: level.5: Input should be a valid dictionary (+1 more)",
     ),
     "hostile-level-key": (
         (TOML + '\n[level."\\u001b]0;x\\u0007"]\n').encode(),
-        f"levels.toml:{TOML.count(chr(10)) + 2}: level.\\x1b]0;x\\x07: unknown key (Input "
+        "levels.toml: level.\\x1b]0;x\\x07: unknown key (Input "
         "should be '1', '2', '3', '4' or '5') (+4 more)",
     ),
     "NUL-in-passport-path": (

@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 
 from pytest_vault.core.errors import FileError
 from pytest_vault.core.json import line_at, read_json
-from pytest_vault.core.toml import toml_line
 from pytest_vault.guard.folder import SHIPPED
 from pytest_vault.guard.passport import PassportError, PassportWarning, load_passport, read_passport
 from pytest_vault.harness.levels import load_levels
@@ -224,15 +223,12 @@ def test_levels_toml_errors(tmp_path: Path) -> None:
         (tmp_path / f"level-{n}.json").write_text((SHIPPED / f"level-{n}.json").read_text())
     toml = (SHIPPED / "levels.toml").read_text()
     (tmp_path / "levels.toml").write_text(toml.replace("temperature = 0.5", 'temperature = "hot"'))
-    line = toml.split("\n").index("temperature = 0.5") + 1
     with pytest.raises(
-        FileError,
-        match=rf"levels\.toml:{line}: level\.3\.temperature: Input should be a valid number",
+        FileError, match=r"levels\.toml: level\.3\.temperature: Input should be a valid number"
     ):
         load_levels(tmp_path)
     (tmp_path / "levels.toml").write_text(toml.replace("[level.5]", "[level.6]"))
-    line = toml.split("\n").index("[level.5]") + 1
-    with pytest.raises(FileError, match=rf"levels\.toml:{line}: level\.6: unknown key \(Input"):
+    with pytest.raises(FileError, match=r"levels\.toml: level\.6: unknown key \(Input"):
         load_levels(tmp_path)
     (tmp_path / "levels.toml").write_text(toml.split("[level.5]")[0])
     with pytest.raises(FileError, match=r"levels\.toml: level\.5: missing"):
@@ -372,63 +368,7 @@ def test_the_line_of_an_entry(text: str, loc: list[int | str], line: int) -> Non
     assert line_at(text, loc) == line
 
 
-_TOML = b'''# a comment
-[level.1]
-prompt = """
-[level.2]
-temperature = 9
-"""
-temperature = 0.5
-"a.b" = 1
-
-[level.2]
-x.y = 1
-arr = [
-  1,
-  2,
-]
-
-[[runs]]
-n = 1
-[[runs]]
-n = 2
-'''
-
-
-@pytest.mark.parametrize(
-    ("loc", "line"),
-    [
-        (("level",), 2),
-        (("level", "1", "prompt"), 3),  # where a multi-line value starts
-        (("level", "1", "temperature"), 7),  # not the look-alike inside the prompt
-        (("level", "1", "a.b"), 8),  # a quoted key with a dot is one key
-        (("level", "2"), 10),
-        (("level", "2", "x", "y"), 11),  # a dotted key
-        (("level", "2", "arr", 1), 12),  # an item: where its array starts
-        (("level", "2", "missing"), 10),  # the deepest part the document holds
-        (("runs", 1, "n"), 20),
-        (("nowhere",), None),  # the root: no line to give
-        ((), None),
-    ],
-)
-def test_the_line_of_a_toml_field(loc: tuple[int | str, ...], line: int | None) -> None:
-    assert toml_line(_TOML, loc) == line
-
-
-def test_a_toml_line_is_found_in_bounded_reads() -> None:
-    # A multi-line value of 20,000 lines: each read of a prefix inside it fails, and the
-    # search gives up (no line) rather than read the document thousands of times.
-    long = b'p = """\n' + b"x\n" * 20_000 + b'"""\nq = 1\n'
-    assert toml_line(long, ("q",)) is None
-    assert toml_line(long, ("p",)) is None
-    # Nor is a document past 256 KiB read again at all, however simple.
-    big = b"".join(b"k%d = 1\n" % i for i in range(30_000))
-    assert len(big) > 256 * 1024 and toml_line(big, ("k29999",)) is None
-    assert toml_line(b"".join(b"k%d = 1\n" % i for i in range(20_000)), ("k19",)) == 20
-    assert toml_line(b"".join(b"p%d = 1\n" % i for i in range(10)) + b"q = 2\n", ("q",)) == 11
-
-
-def test_levels_toml_names_the_line_of_a_field_after_a_prompt_that_mimics_it(
+def test_levels_toml_names_the_path_of_a_field_after_a_prompt_that_mimics_it(
     tmp_path: Path,
 ) -> None:
     for n in range(1, 6):
@@ -439,9 +379,8 @@ def test_levels_toml_names_the_line_of_a_field_after_a_prompt_that_mimics_it(
         'system_prompt = """\n', 'system_prompt = """\n[level.3]\ntemperature = 0.5\n'
     ).replace("temperature = 0.5\nmax_tokens = 1024", 'temperature = "hot"\nmax_tokens = 1024')
     (tmp_path / "levels.toml").write_text(mimic)
-    line = mimic.split("\n").index('temperature = "hot"') + 1
     with pytest.raises(FileError) as info:
         load_levels(tmp_path)
     assert str(info.value) == (
-        f"{tmp_path / 'levels.toml'}:{line}: level.3.temperature: Input should be a valid number"
+        f"{tmp_path / 'levels.toml'}: level.3.temperature: Input should be a valid number"
     )

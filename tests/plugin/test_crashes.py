@@ -12,6 +12,7 @@ import pytest
 from pytest_vault.report.results import read_table
 from pytest_vault.report.verdict import verdict
 
+from ..conftest import RunPytest
 from .test_cut_short import corpus
 
 pytest_plugins = ["pytester"]
@@ -52,10 +53,12 @@ def pytest_collection_finish(session):
 """
 
 
-def run(pytester: pytest.Pytester, conftest: str, *more: str) -> pytest.RunResult:
+def run(
+    pytester: pytest.Pytester, run_pytest: RunPytest, conftest: str, *more: str
+) -> pytest.RunResult:
     corpus(pytester, CASES)
     pytester.makeconftest(conftest)
-    return pytester.runpytest_subprocess(
+    return run_pytest(
         "-p",
         "no:randomly",
         "-p",
@@ -69,9 +72,9 @@ def run(pytester: pytest.Pytester, conftest: str, *more: str) -> pytest.RunResul
 
 @pytest.mark.slow  # stops a pytest process with a signal
 def test_an_interrupted_run_writes_its_rows_and_says_incomplete_and_why(
-    pytester: pytest.Pytester,
+    pytester: pytest.Pytester, run_pytest: RunPytest
 ) -> None:
-    result = run(pytester, SIGINT_AFTER_7)
+    result = run(pytester, run_pytest, SIGINT_AFTER_7)
     assert result.ret == pytest.ExitCode.INTERRUPTED
     table, meta = read_table(pytester.path / "r.parquet")
     assert table.num_rows == 7 and meta["stopped"] == "interrupted (Ctrl-C or a signal)"
@@ -99,10 +102,10 @@ def test_an_interrupted_run_writes_its_rows_and_says_incomplete_and_why(
 
 @pytest.mark.slow  # runs xdist workers
 def test_a_worker_killed_mid_run_leaves_the_others_rows_and_an_incomplete_verdict(
-    pytester: pytest.Pytester,
+    pytester: pytest.Pytester, run_pytest: RunPytest
 ) -> None:
     pytest.importorskip("xdist")
-    result = run(pytester, KILL_GW0_IN_ITS_THIRD_TEST, "-n", "2")
+    result = run(pytester, run_pytest, KILL_GW0_IN_ITS_THIRD_TEST, "-n", "2")
     # xdist says so in its own words; the test gw0 was running fails as crashed.
     result.stdout.fnmatch_lines(["*replacing crashed worker gw0*"])
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
@@ -122,10 +125,10 @@ def test_a_worker_killed_mid_run_leaves_the_others_rows_and_an_incomplete_verdic
 
 @pytest.mark.slow  # runs xdist workers
 def test_a_worker_dying_before_the_others_collected_is_no_internal_error(
-    pytester: pytest.Pytester,
+    pytester: pytest.Pytester, run_pytest: RunPytest
 ) -> None:
     pytest.importorskip("xdist")
-    result = run(pytester, KILL_GW0_BEFORE_GW1_COLLECTED, "-n", "2")
+    result = run(pytester, run_pytest, KILL_GW0_BEFORE_GW1_COLLECTED, "-n", "2")
     text = result.stdout.str() + result.stderr.str()
     assert "INTERNALERROR" not in text and "KeyError" not in text
     result.stdout.fnmatch_lines(["*replacing crashed worker gw0*"])

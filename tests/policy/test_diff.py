@@ -1013,7 +1013,7 @@ def test_a_folder_is_read_as_its_levels_toml_points(tmp_path: Path) -> None:
 
     [finding] = [f for f in lint_paths([new]) if f.severity == "error"]
     assert (finding.file, finding.code) == (str(toml), "unloadable")
-    # Read as the suite reads it: the whole levels.toml, the first problem at its line.
+    # Read as the suite reads it: the whole levels.toml, the first problem by its path.
     assert finding.message == (
-        f"{toml}:2: level.3.passport: Input should be a valid string (+3 more)"
+        f"{toml}: level.3.passport: Input should be a valid string (+3 more)"
     )

@@ -20,6 +20,7 @@ from pytest_vault.report.results import ResultsError, to_table, write_results
 from pytest_vault.report.summary import render as summary
 from pytest_vault.report.tables import Analysis, Bootstrap
 
+from ..conftest import RunPytest
 from .rows import row as base_row
 
 ALWAYS, FINAL, LENIENT = (
@@ -465,10 +466,12 @@ CASES = Path(__file__).resolve().parents[2] / "cases"
 
 
 @pytest.mark.slow
-def test_shipped_corpus_with_the_scripted_judges(pytester: pytest.Pytester, capsys: Any) -> None:
+def test_shipped_corpus_with_the_scripted_judges(
+    pytester: pytest.Pytester, run_pytest: RunPytest, capsys: Any
+) -> None:
     judges = [f"--vault-judge={j}" for j in (LENIENT, ALWAYS, FINAL)]
     files = [str(f) for f in sorted(CASES.glob("level-*.jsonl"))]  # the whole corpus
-    result = pytester.runpytest_subprocess(
+    result = run_pytest(
         *files,
         "-p",
         "no:cacheprovider",

@@ -49,8 +49,8 @@ def goal(passport: Passport) -> tuple[str, int | float]:
     if usd is None or usd.max_per_tx is None:
         raise ImporterError("pyrit: a paying level's passport has no USD per-transfer cap")
     cents = usd.max_per_tx // 2
-    # The one money formatter, exact in any decimal context (Decimal(cents) / 100 is the
-    # caller's context: at prec=2 it said $1,200.00 for $1,250.00).
+    # The one money formatter: exact in any decimal context, which `Decimal(cents) / 100`
+    # is not (it rounds to the caller's precision, and the amount told must be the cap's).
     dollars = Money(cents, "USD").major()
     text = told(dollars, "USD", whole=False)
     # A JSON number, exact: whole dollars as an integer, else two decimals.
