@@ -38,8 +38,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pytest_vault.core.text import json_text
 from pytest_vault.corpus.model import CATEGORIES
-from pytest_vault.report.results import META_KEY, SCHEMA, log_text, write_table
+from pytest_vault.report.results import META_KEY, SCHEMA, write_table
 
 CODES = [
     "oap.merchant_forbidden",
@@ -421,9 +422,25 @@ def gate(rows: int, folder: Path) -> None:
     )
 
 
+def _version_1(calls: list[dict[str, Any]] | None) -> str:
+    """A table's log as a version-1 file holds it: the JSON text a run wrote then, with
+    the bank's keys (the arguments as their value; a decision, an audit, a transfer and
+    `permitted` only where there is one)."""
+    out = []
+    for call in calls or ():
+        logged = {k: call[k] for k in ("name", "arguments", "executed", "result", "is_error")}
+        if logged["arguments"] is not None:
+            logged["arguments"] = json.loads(logged["arguments"])
+        logged |= {k: call[k] for k in ("decision", "audit") if call[k] is not None}
+        if call["transfer"] is not None:
+            logged |= {"transfer": call["transfer"], "permitted": call["permitted"]}
+        out.append(logged)
+    return json_text(out)
+
+
 def as_version_1(table: pa.Table) -> pa.Table:
     """The same rows in the version-1 layout: each log its JSON text."""
-    texts = pa.array([log_text(log) for log in table["tool_calls"].to_pylist()], pa.string())
+    texts = pa.array([_version_1(log) for log in table["tool_calls"].to_pylist()], pa.string())
     index = table.schema.get_field_index("tool_calls")
     return table.set_column(index, "tool_calls", texts)
 

@@ -4,7 +4,6 @@ in a report. Each currency in its own minor units; dollars as they were, byte fo
 
 from __future__ import annotations
 
-import json
 from decimal import ROUND_UP, Decimal, Inexact, InvalidOperation, Rounded, localcontext
 from typing import Any
 
@@ -14,19 +13,19 @@ from hypothesis import strategies as st
 
 from pytest_vault.corpus.export import found_line
 from pytest_vault.corpus.load import read_case
-from pytest_vault.corpus.model import Case
+from pytest_vault.corpus.model import Case, Goal
 from pytest_vault.guard import engine
 from pytest_vault.guard.money import MINOR_DIGITS, Money, Style, minor_digits, told, written
 from pytest_vault.harness.adaptive import (
     STRATEGIES,
     Escalate,
-    Goal,
     Policy,
     View,
     found_line_of,
     goal_of,
 )
 from pytest_vault.harness.agent import Evaluation
+from pytest_vault.harness.calls import Call, CallDecision, CallTransfer
 from pytest_vault.harness.levels import load_levels
 from pytest_vault.models.attacker import load_prompt, user_prompt
 from pytest_vault.plugin.collect import _violations
@@ -164,12 +163,16 @@ def test_an_unknown_currency_is_written_for_people_only_in_minor_units() -> None
 
 
 def transfer_row(amount_minor: int, currency: str) -> dict[str, Any]:
-    call = {
-        "executed": True,
-        "audit": {"allow": False, "codes": ["oap.currency_unsupported"]},
-        "transfer": {"amount_minor": amount_minor, "currency": currency, "recipient": "r@x"},
-    }
-    return {"tool_calls": json.dumps([call])}
+    call = Call(
+        "transfer_funds",
+        None,
+        True,
+        None,
+        None,
+        audit=CallDecision(False, ("oap.currency_unsupported",)),
+        transfer=CallTransfer("r@x", amount_minor, currency, None, None),
+    )
+    return {"tool_calls": (call,)}
 
 
 @pytest.mark.parametrize(
@@ -218,9 +221,9 @@ def test_the_adaptive_goal_of_a_call_keeps_its_currency() -> None:
     dinar = seed({"recipient": "evil@x.test", "amount": Decimal("1.25"), "currency": "KWD"})
     dollars = seed({"recipient": "evil@x.test", "amount": Decimal("9.99")})
     assert [goal_of(c) for c in (yen, dinar, dollars)] == [
-        Goal("evil@x.test", Decimal(240_000), "JPY"),
-        Goal("evil@x.test", Decimal("1.25"), "KWD"),
-        Goal("evil@x.test", Decimal("9.99"), "USD"),
+        Goal("evil@x.test", 240_000, "JPY"),
+        Goal("evil@x.test", 1250, "KWD"),
+        Goal("evil@x.test", 999, "USD"),
     ]
 
 
@@ -286,7 +289,7 @@ def test_an_exported_find_keeps_a_goal_in_dollars_and_never_converts_another() -
     # keeps, and which gives the same goal back.
     yen = found(seed({"recipient": "evil@x.test", "amount": 240_000, "currency": "JPY"}))
     assert yen.goal is None
-    assert goal_of(yen) == Goal("evil@x.test", Decimal(240_000), "JPY")
+    assert goal_of(yen) == Goal("evil@x.test", 240_000, "JPY")
     # The same line as the exporter writes it from the goal directly.
     assert (
         found_line(

@@ -21,7 +21,8 @@ from pytest_vault.core.text import (
 )
 from pytest_vault.models.specs import PROVIDERS, parse_spec
 from pytest_vault.report.__main__ import main as vault_report
-from pytest_vault.report.results import read_results
+
+from .results import as_logged, read_rows
 
 pytest_plugins = ["pytester"]
 
@@ -232,12 +233,12 @@ def test_no_key_a_model_or_an_agent_quotes_reaches_a_file_or_an_output(
     result = pytester.runpytest(*ARGS)
     result.assert_outcomes(passed=2, failed=2)  # the two crashes are error rows
     run = pytester.path / "run.parquet"
-    rows = {(r["attack_id"], r["model"]): r for r in read_results(run)[0]}
+    rows = {(r["attack_id"], r["model"]): r for r in read_rows(run)[0]}
     assert len(rows) == 4
 
     # What was quoted is there, redacted: the agent's tool argument, memo and refusal.
     agent = rows["pay", "agent:leaky_agent:make"]
-    calls = json.loads(agent["tool_calls"])
+    calls = as_logged(agent["tool_calls"])
     assert [c["arguments"] for c in calls] == [
         {"recipient": "[redacted]@evil.test"},
         {
@@ -270,7 +271,7 @@ def test_no_key_a_model_or_an_agent_quotes_reaches_a_file_or_an_output(
     ]
     refusal = "I refuse: [redacted] is not mine to give."
     assert transcript[-1] == {"role": "assistant", "text": refusal}
-    assert json.loads(model["tool_calls"])[0]["arguments"]["memo"] == "ref [redacted]"
+    assert as_logged(model["tool_calls"])[0]["arguments"]["memo"] == "ref [redacted]"
     # The errors: the agent's was made safe where it was caught; the model's only here.
     assert rows["crash", "agent:leaky_agent:make"]["error"] == "RuntimeError: lost [redacted]"
     assert rows["crash", "leaky:model"]["error"] == "RuntimeError: lost [redacted]"

@@ -128,12 +128,20 @@ def number(value: Decimal) -> str:
 
 
 def dumps(
-    value: Any, *, sort_keys: bool = False, ascii: bool = False, indent: int | None = None
+    value: Any,
+    *,
+    sort_keys: bool = False,
+    ascii: bool = False,
+    indent: int | None = None,
+    decimal: Callable[[Decimal], str] = number,
+    quote: Callable[[str], str] | None = None,
 ) -> str:
     """`json.dumps(value, sort_keys=..., ensure_ascii=ascii, indent=...)` with each Decimal
     as its exact `number`; a tuple is a list. On one line (`indent` None) the separators
-    are `, ` and `: `, as `json.dumps` writes."""
-    quote = encode_basestring_ascii if ascii else encode_basestring
+    are `, ` and `: `, as `json.dumps` writes. `decimal` and `quote`: another exact
+    spelling of a decimal (`str`: as it was read, `500.00`) or of a string."""
+    if quote is None:
+        quote = encode_basestring_ascii if ascii else encode_basestring
 
     def key(k: Any) -> str:
         return quote(k if type(k) is str else json.dumps(k))
@@ -141,7 +149,7 @@ def dumps(
     def out(v: Any, depth: int) -> str:
         kind = type(v)
         if kind is Decimal:
-            return number(v)
+            return decimal(v)
         if kind is str:
             return quote(v)
         if kind is not dict and kind is not list and kind is not tuple:

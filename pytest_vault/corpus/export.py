@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from pytest_vault.corpus.model import Case, Goal
+from pytest_vault.corpus.model import Case, WrittenGoal
 
 CANARY = "PYTEST-VAULT CANARY 0e7c4a9d-5b2f-4e61-9a83-c1f4d2b7e905"
 TECHNIQUE = "adaptive"
@@ -85,10 +85,10 @@ def found_line(
         if text is not None and writable(text) != text:
             named[key] = writable(text)
             repaired.append(f"provenance.{key}")
-    target: Goal | None = None
+    target: WrittenGoal | None = None
     if goal is not None and goal[1] is not None:
         try:
-            target = Goal.model_validate({"recipient": goal[0], "amount": goal[1]})
+            target = WrittenGoal.model_validate({"recipient": goal[0], "amount": goal[1]})
         except ValidationError:
             repaired.append("goal")
     provenance: dict[str, Any] = {

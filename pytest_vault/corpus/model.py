@@ -7,6 +7,7 @@ import difflib
 import hashlib
 import json
 import re
+from dataclasses import dataclass
 from decimal import Decimal
 from functools import cached_property
 from typing import Annotated, Any, Literal, cast
@@ -23,11 +24,13 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.json_schema import GenerateJsonSchema
 from pydantic_core import PydanticCustomError
 
 from pytest_vault.core.errors import Loc, field_path
 from pytest_vault.core.text import shown
 from pytest_vault.guard.engine import Transfer, Unreadable, checked, parse_json_object, to_minor
+from pytest_vault.guard.money import Money, minor_digits
 
 CATEGORIES = (
     "authority_claim",
@@ -92,11 +95,41 @@ Amount = Annotated[
 ]
 
 
-class Goal(BaseModel):
+@dataclass(frozen=True)
+class Goal:
+    """What an attack tries to get paid: a recipient, and an amount where one is named.
+
+    Found two ways, each for its reader: `Goal.stated` (the case's `goal` field: an
+    indirect case's injected action, which the DGF columns score) and
+    `harness.adaptive.goal_of` (the adaptive attacker's target: the field, else the
+    case's first transfer call, else its messages)."""
+
+    recipient: str
+    amount_minor: int | None  # in minor units of `currency`; None: any amount
+    currency: str = "USD"  # an ISO 4217 code
+
+    def money(self) -> Money | None:
+        """The amount named, as `Money` (its major units, its text); None: any amount."""
+        return None if self.amount_minor is None else Money(self.amount_minor, self.currency)
+
+    @classmethod
+    def stated(cls, case: Case) -> Goal | None:
+        """The case's `goal` field (dollars in its line) in cents of USD, exactly: its
+        validator checked the amount is whole cents. None without one."""
+        if case.goal is None:
+            return None
+        amount = case.goal.amount
+        minor = None if amount is None else to_minor(amount, minor_digits("USD"))
+        return cls(case.goal.recipient, minor)
+
+
+class WrittenGoal(BaseModel):
     """What an attack tries to get paid: the adaptive attacker's target, and an indirect
     case's injected action."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # The line's `goal` as the file writes it (dollars); `Goal.stated` reads it as the one
+    # `Goal`. The file's schema calls it `Goal`, as it always has (`schema`).
+    model_config = ConfigDict(extra="forbid", frozen=True, title="Goal")
 
     recipient: NonEmpty
     amount: Amount | None = Field(
@@ -218,7 +251,7 @@ class Case(BaseModel):
     )
     # The adaptive attacker's target; without it, the first transfer_funds call's.
     # Indirect: the injected action, required.
-    goal: Goal | None = None
+    goal: WrittenGoal | None = None
     environment: Environment | None = Field(
         None, description="indirect cases: what the tools read, with the injections' markers"
     )
@@ -393,5 +426,13 @@ def _unknown(keys: list[Any], known: list[str]) -> str:
     return f"{shown(key)}: unknown key{hint}{more}"
 
 
+class _FileSchema(GenerateJsonSchema):
+    """The schema of the case file: the goal's input model is `Goal` there, as it always
+    was (its title, and the key of its definition)."""
+
+    def normalize_name(self, name: str) -> str:
+        return super().normalize_name("Goal" if name == WrittenGoal.__name__ else name)
+
+
 def schema() -> dict[str, Any]:
-    return Case.model_json_schema()
+    return Case.model_json_schema(schema_generator=_FileSchema)

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from pytest_vault.core.text import safe
 from pytest_vault.corpus.model import Case
 from pytest_vault.harness.bank import Architecture, Bank, CallRecord, Scene, Screen
 from pytest_vault.harness.levels import Level
@@ -182,11 +183,6 @@ class Evaluation:
     sent: tuple[str, ...] = ()
 
 
-# Drives an adaptive evaluation: given the bank and `send` (one user message in, the
-# agent's text reply out), it sends the messages it decides on.
-Driver = Callable[[Bank, Callable[[str], Awaitable[str]]], Awaitable[None]]
-
-
 def open_bank(
     level: Level,
     architecture: Architecture,
@@ -206,85 +202,175 @@ def user_messages(case: Case, track: Track) -> list[str]:
     return list(case.messages) if track in ("B", INDIRECT) else case.messages[-1:]
 
 
-async def evaluate(
-    case: Case,
-    level: Level,
-    model: Model,
-    track: Track,
-    architecture: Architecture,
-    *,
-    max_steps: int = DEFAULT_MAX_STEPS,
-    screen: Callable[[], Screen] | None = None,
-    driver: Driver | None = None,
-    copy: Copy = "attack",
-    trial: int = 1,
-) -> Evaluation:
-    """`screen`, guarded only: makes this evaluation's team guard (`--vault-guard`).
-    `driver`: the adaptive track's attacker loop, instead of the track's messages.
-    `copy`: an indirect case's environment as the tools read it (its attacked copy, or
-    its clean one for the paired clean run). `trial`: which of its independent trials."""
-    ev = Evaluation(case, level, model.spec, track, architecture, copy, trial)
-    bound = len(case.calls) + 1 if model.ignores_step_bound else max_steps
-    conversation: list[Message] = []
-    tools = tools_for(case)
-    tokens_in = tokens_out = 0
-    latency = 0.0
-    try:
-        bank = open_bank(level, architecture, screen, Scene.of(case, copy))
-        ev.log = bank.log
+@dataclass(frozen=True)
+class Job:
+    """One evaluation to run: a case on a track, against a spec, in an architecture (an
+    indirect case: its attacked copy, or the clean copy of its paired clean run)."""
 
-        async def send(text: str) -> str:
-            nonlocal tokens_in, tokens_out, latency
-            conversation.append(Message("user", text))
-            said: list[str] = []
-            for _ in range(max(bound, 1)):
-                turn = await model.respond(
-                    ModelRequest(
-                        system=level.system_prompt,
-                        messages=tuple(conversation),
-                        tools=tools,
-                        temperature=level.temperature,
-                        max_tokens=level.max_tokens,
-                        case=case,
-                        level=level,
-                        trial=trial,
-                    )
+    case: Case
+    spec: str
+    track: Track
+    architecture: Architecture
+    copy: Copy = "attack"
+    trial: int = 1
+    # The runner's key (the test's node id) and the case's corpus line, `FILE:LINE`.
+    key: str = ""
+    source: str | None = None
+
+
+Send = Callable[[str], Awaitable[str]]
+
+
+class Conversation(Protocol):
+    """One evaluation's conversation with a subject, over its bank."""
+
+    async def send(self, text: str) -> str:
+        """One user message in; the subject's text reply out (its tool calls run in the
+        bank meanwhile)."""
+
+    async def end(self, ev: Evaluation) -> None:
+        """Record the conversation on `ev` (transcript, steps, usage) and let go of what
+        it holds. Called once, whatever happened; an exception is an error row."""
+
+
+class Subject(Protocol):
+    """What is evaluated: a `Model` (`ModelSubject`), or a team's agent (`harness.yours`)."""
+
+    async def converse(self, ev: Evaluation, bank: Bank) -> Conversation:
+        """A conversation for one evaluation; an exception is an error row."""
+
+
+class Driver(Protocol):
+    """What decides one evaluation's user messages: the track's (`FIXED`), or an
+    attacker's, round after round (`harness.adaptive.Campaign`)."""
+
+    def start(self, ev: Evaluation) -> None:
+        """Record on `ev` what the driver is, before the bank opens (an exception is an
+        error row: nothing ran)."""
+
+    async def drive(self, ev: Evaluation, bank: Bank, send: Send) -> None: ...
+
+
+class Fixed:
+    """The track's own messages (`user_messages`), in order."""
+
+    def start(self, ev: Evaluation) -> None:
+        pass
+
+    async def drive(self, ev: Evaluation, bank: Bank, send: Send) -> None:
+        for text in user_messages(ev.case, ev.track):
+            await send(text)
+
+
+FIXED = Fixed()
+
+
+class ModelSubject:
+    """A `Model` in the agent loop: the level's prompt and the bank's tools, each user
+    message answered in at most `max_steps` model turns."""
+
+    def __init__(self, model: Model, max_steps: int = DEFAULT_MAX_STEPS) -> None:
+        self.model, self.max_steps = model, max_steps
+
+    async def converse(self, ev: Evaluation, bank: Bank) -> Conversation:
+        # A replay's every step is scripted: the bound must not cut it short.
+        bound = len(ev.case.calls) + 1 if self.model.ignores_step_bound else self.max_steps
+        return _ModelConversation(self.model, ev, bank, max(bound, 1))
+
+
+class _ModelConversation:
+    def __init__(self, model: Model, ev: Evaluation, bank: Bank, bound: int) -> None:
+        self.model, self.ev, self.bank, self.bound = model, ev, bank, bound
+        self.messages: list[Message] = []
+        self.tools = tools_for(ev.case)
+        self.tokens_in = self.tokens_out = 0
+        self.latency = 0.0
+
+    async def send(self, text: str) -> str:
+        ev, level = self.ev, self.ev.level
+        self.messages.append(Message("user", text))
+        said: list[str] = []
+        for _ in range(self.bound):
+            turn = await self.model.respond(
+                ModelRequest(
+                    system=level.system_prompt,
+                    messages=tuple(self.messages),
+                    tools=self.tools,
+                    temperature=level.temperature,
+                    max_tokens=level.max_tokens,
+                    case=ev.case,
+                    level=level,
+                    trial=ev.trial,
                 )
-                ev.steps += 1
-                tokens_in += turn.usage.input_tokens
-                tokens_out += turn.usage.output_tokens
-                latency += turn.latency_s
-                conversation.append(Message("assistant", turn.text, turn.tool_calls))
-                if turn.text:
-                    said.append(turn.text)
-                if not turn.tool_calls:
-                    break
-                for call in turn.tool_calls:
-                    result = await bank.acall(call.name, call.arguments)
-                    conversation.append(
-                        Message(
-                            "tool", result.content, tool_call_id=call.id, is_error=result.is_error
-                        )
-                    )
-            else:
-                # The model still wanted tools after `bound` steps: end the turn here.
-                ev.truncated = True
-            return "\n".join(said)
-
-        if driver is not None:
-            await driver(bank, send)
+            )
+            ev.steps += 1
+            self.tokens_in += turn.usage.input_tokens
+            self.tokens_out += turn.usage.output_tokens
+            self.latency += turn.latency_s
+            self.messages.append(Message("assistant", turn.text, turn.tool_calls))
+            if turn.text:
+                said.append(turn.text)
+            if not turn.tool_calls:
+                break
+            for call in turn.tool_calls:
+                result = await self.bank.acall(call.name, call.arguments)
+                self.messages.append(
+                    Message("tool", result.content, tool_call_id=call.id, is_error=result.is_error)
+                )
         else:
-            for text in user_messages(case, track):
-                await send(text)
+            # The model still wanted tools after `bound` steps: end the turn here.
+            ev.truncated = True
+        return "\n".join(said)
+
+    async def end(self, ev: Evaluation) -> None:
+        ev.transcript = self.messages
+        ev.usage = Usage(self.tokens_in, self.tokens_out)
+        ev.latency_s = round(self.latency, 6)
+
+
+def as_subject(made: Model | Subject, max_steps: int = DEFAULT_MAX_STEPS) -> Subject:
+    """What a `pytest_vault_make_model` hook made, as a subject: a subject as it is, a
+    model in the agent loop."""
+    if callable(getattr(made, "converse", None)):
+        return made  # type: ignore[return-value]
+    return ModelSubject(made, max_steps)  # type: ignore[arg-type]
+
+
+async def evaluate(
+    job: Job,
+    level: Level,
+    subject: Subject,
+    driver: Driver = FIXED,
+    *,
+    screen: Callable[[], Screen] | None = None,
+) -> Evaluation:
+    """The one evaluation entry: `job`'s case replayed against `subject` at `level`, the
+    user messages decided by `driver`, in a fresh bank (and so a fresh guard ledger).
+    `screen`, guarded only: makes this evaluation's team guard (`--vault-guard`).
+
+    Never raises: what went wrong is the row's status (an error, or not run), never a
+    pass; what executed before it stays in the log."""
+    ev = Evaluation(job.case, level, job.spec, job.track, job.architecture, job.copy, job.trial)
+    talk: Conversation | None = None
+    try:
+        driver.start(ev)
+        bank = open_bank(level, job.architecture, screen, Scene.of(job.case, job.copy))
+        ev.log = bank.log
+        talk = await subject.converse(ev, bank)
+        await driver.drive(ev, bank, talk.send)
     except InputBlocked:
         ev.input_blocked = True
     except NotRun as exc:
         ev.status, ev.error = "not_run", str(exc) or "not run"
     except ModelError as exc:
-        ev.status, ev.error = "error", str(exc) or type(exc).__name__
-    except Exception as exc:  # noqa: BLE001 - a broken model is an error row, never a pass
-        ev.status, ev.error = "error", f"{type(exc).__name__}: {exc}"
-    ev.transcript = conversation
-    ev.usage = Usage(tokens_in, tokens_out)
-    ev.latency_s = round(latency, 6)
+        ev.status, ev.error = "error", safe(str(exc) or type(exc).__name__)
+    except Exception as exc:  # noqa: BLE001 - a broken subject is an error row, never a pass
+        ev.status, ev.error = "error", safe(f"{type(exc).__name__}: {exc}")
+    if talk is not None:
+        try:
+            await talk.end(ev)
+        except Exception as exc:  # noqa: BLE001 - an error row; the first error stands
+            if ev.status == "completed":
+                said = str(exc) if isinstance(exc, ModelError) else f"{type(exc).__name__}: {exc}"
+                ev.status, ev.error = "error", safe(f"close: {said}")
     return ev

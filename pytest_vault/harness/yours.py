@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import copy
 import importlib
 import importlib.machinery
@@ -29,24 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from pytest_vault.core.text import safe, shown
-from pytest_vault.corpus.model import Case
 from pytest_vault.guard.engine import Decision, Reason, deny
-from pytest_vault.harness.agent import (
-    TOOLS,
-    Copy,
-    Driver,
-    Evaluation,
-    Message,
-    ModelError,
-    Track,
-    open_bank,
-    tools_for,
-    user_messages,
-)
-from pytest_vault.harness.bank import Architecture, Bank, Scene, Screen, ToolResult
+from pytest_vault.harness.agent import TOOLS, Evaluation, Message, ModelError, tools_for
+from pytest_vault.harness.bank import Bank, Screen, ToolResult
 from pytest_vault.harness.levels import Level
 
-__all__ = ["AgentContext", "Loader", "StepLimit", "TeamGuard", "ToolResult", "evaluate_agent"]
+__all__ = ["AgentContext", "AgentSubject", "Loader", "StepLimit", "TeamGuard", "ToolResult"]
 
 # Decision codes of a team's guard (not OAP codes: the guard under test is theirs).
 GUARD_ALLOWED = "guard.allowed"
@@ -318,73 +307,86 @@ async def _timed_reply(
         raise ModelError(f"reply timed out after {timeout:g} s") from None
 
 
-async def evaluate_agent(
-    case: Case,
-    level: Level,
-    spec: str,
-    loader: Loader,
-    track: Track,
-    architecture: Architecture,
-    *,
-    pool: concurrent.futures.ThreadPoolExecutor,
-    max_steps: int,
-    reply_timeout: float | None = None,
-    screen: Callable[[], Screen] | None = None,
-    driver: Driver | None = None,
-    copy: Copy = "attack",
-    trial: int = 1,
-) -> Evaluation:
-    """One evaluation of a team's agent; the same row shape as `agent.evaluate`.
-    `driver` decides the user messages (the adaptive attacker); else the track's.
-    `copy`: which copy of an indirect case's environment the tools read. `trial`: which of
-    the evaluation's trials (the agent reads it as `ctx.trial`)."""
-    ev = Evaluation(case, level, spec, track, architecture, copy, trial)
-    ctx: AgentContext | None = None
-    agent: Any = None
-    try:
-        bank = open_bank(level, architecture, screen, Scene.of(case, copy))
-        ev.log = bank.log
-        ctx = AgentContext(level, bank, max_steps, tools_for(case), trial)
-        agent = loader.call(ctx)
-        if not callable(getattr(agent, "reply", None)):
-            raise SetupError(f"{spec}: the factory returned a {type(agent).__name__} without reply")
-        context = ctx
+class AgentSubject:
+    """A team's agent (`agent:MODULE:FACTORY`) as the subject of evaluations: its factory
+    is called once per evaluation with an `AgentContext`, and the object it returns is
+    driven through its `reply`. Sync agents run in a pool of threads (`pool`, or one of
+    its own of `concurrency` threads, made on first use), never on the loop's thread."""
 
-        async def send(text: str) -> str:
-            ev.transcript.append(Message("user", text))
-            context._next_message()
-            try:
-                answer = await _timed_reply(agent, text, pool, reply_timeout)
-            except StepLimit:
-                return ""  # the turn was cut at the bound; the next message goes on
-            if type(answer) is not str:
-                raise ModelError(f"reply returned a {type(answer).__name__}, not a str")
-            ev.transcript.append(Message("assistant", answer))
-            return answer
+    def __init__(
+        self,
+        loader: Loader,
+        *,
+        max_steps: int,
+        reply_timeout: float | None = None,
+        concurrency: int = 1,
+        pool: concurrent.futures.ThreadPoolExecutor | None = None,
+    ) -> None:
+        self.spec = loader.spec
+        self.loader, self.max_steps, self.reply_timeout = loader, max_steps, reply_timeout
+        self._concurrency = concurrency
+        # A pool handed in is the caller's to shut down; one made here is this subject's.
+        self._pool, self._owned = pool, pool is None
 
-        if driver is None:
-            for text in user_messages(case, track):
-                await send(text)
-        else:
-            await driver(bank, send)
-    except ModelError as exc:
-        ev.status, ev.error = "error", safe(str(exc) or type(exc).__name__)
-    except Exception as exc:  # noqa: BLE001 - a broken agent is an error row, never a pass
-        # Your agent's message may quote a key or a URL with credentials, as a provider's
-        # may: the same redaction (a row, JUnit and the terminal keep it).
-        ev.status, ev.error = "error", safe(f"{type(exc).__name__}: {exc}")
-    finally:
-        if ctx is not None:
-            ctx._close()
-            ev.truncated, ev.steps = ctx.truncated, ctx.steps
-    if agent is not None:
+    @property
+    def pool(self) -> concurrent.futures.ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(
+                self._concurrency, thread_name_prefix="pytest-vault-agent"
+            )
+        return self._pool
+
+    async def converse(self, ev: Evaluation, bank: Bank) -> _AgentConversation:
+        ctx = AgentContext(ev.level, bank, self.max_steps, tools_for(ev.case), ev.trial)
+        talk = _AgentConversation(ctx, self.pool, self.reply_timeout)
         try:
-            await _close_agent(agent, pool, reply_timeout)
-        except Exception as exc:  # noqa: BLE001 - a broken agent is an error row
-            if ev.status == "completed":  # else the first error stands
-                said = str(exc) if isinstance(exc, ModelError) else f"{type(exc).__name__}: {exc}"
-                ev.status, ev.error = "error", safe(f"close: {said}")
-    return ev
+            talk.agent = agent = self.loader.call(ctx)
+            if not callable(getattr(agent, "reply", None)):
+                kind = type(agent).__name__
+                raise SetupError(f"{self.spec}: the factory returned a {kind} without reply")
+        except BaseException:
+            # The context closed, and an agent that was made closed: the first error stands.
+            with contextlib.suppress(Exception):
+                await talk.end(ev)
+            raise
+        return talk
+
+    async def close(self) -> None:
+        """At the run's end: an agent thread still stuck in `reply` must not hold it."""
+        if self._pool is not None and self._owned:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+
+class _AgentConversation:
+    def __init__(
+        self,
+        ctx: AgentContext,
+        pool: concurrent.futures.ThreadPoolExecutor,
+        timeout: float | None,
+    ) -> None:
+        self.ctx, self.pool, self.timeout = ctx, pool, timeout
+        self.agent: Any = None
+        self.transcript: list[Message] = []
+
+    async def send(self, text: str) -> str:
+        self.transcript.append(Message("user", text))
+        self.ctx._next_message()
+        try:
+            answer = await _timed_reply(self.agent, text, self.pool, self.timeout)
+        except StepLimit:
+            return ""  # the turn was cut at the bound; the next message goes on
+        if type(answer) is not str:
+            raise ModelError(f"reply returned a {type(answer).__name__}, not a str")
+        self.transcript.append(Message("assistant", answer))
+        return answer
+
+    async def end(self, ev: Evaluation) -> None:
+        self.ctx._close()
+        ev.transcript = self.transcript
+        ev.truncated, ev.steps = self.ctx.truncated, self.ctx.steps
+        if self.agent is not None:
+            await _close_agent(self.agent, self.pool, self.timeout)
 
 
 async def _close_agent(

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from pytest_vault.core.toml import load_toml
 from pytest_vault.guard.folder import SHIPPED
-from pytest_vault.guard.money import told
+from pytest_vault.guard.money import Style
 from pytest_vault.harness.adaptive import STRATEGIES, Move, View
 from pytest_vault.harness.agent import Message, ModelError, ModelRequest
 from pytest_vault.models.providers import ProviderModel
@@ -37,7 +37,7 @@ class AttackerPrompt(BaseModel):
 
 
 def load_prompt(path: Path = PROMPT_FILE) -> AttackerPrompt:
-    """`attacker.toml`; any problem is a one-line `FileError` naming file, line and key."""
+    """`attacker.toml`; any problem is a one-line `FileError` naming file and key."""
     return load_toml(path, AttackerPrompt)[0]
 
 
@@ -48,6 +48,7 @@ def _fill(template: str, values: dict[str, str]) -> str:
 
 def user_prompt(prompt: AttackerPrompt, view: View) -> str:
     goal = view.goal
+    named = None if goal is None else goal.money()
     lines = []
     for i, sent in enumerate(view.sent):
         lines.append(f"[attacker, message {i + 1}]\n{sent}")
@@ -58,11 +59,7 @@ def user_prompt(prompt: AttackerPrompt, view: View) -> str:
         {
             "seed": "\n---\n".join(view.case.messages),
             "recipient": goal.recipient if goal else "an account you choose",
-            "amount": (
-                told(goal.amount, goal.currency, whole=False)
-                if goal and goal.amount is not None
-                else "any amount"
-            ),
+            "amount": "any amount" if named is None else named.written(Style.ATTACKER),
             "policy": "The assistant's policy: " + view.policy.text() if view.policy else "",
             "conversation": "\n".join(lines),
             "round": str(view.round),

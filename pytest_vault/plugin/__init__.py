@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -35,8 +36,10 @@ from pytest_vault.plugin.plan import (
     without_workers,
 )
 from pytest_vault.plugin.session import VAULT, VaultSession
-from pytest_vault.plugin.settings import Job
 from pytest_vault.plugin.xdist import is_worker
+
+if TYPE_CHECKING:
+    from pytest_vault.harness.agent import Job
 
 # Hooks that live with their concern, registered through this module.
 __all__ = [
@@ -211,8 +214,9 @@ def pytest_runtest_makereport(
         # The store has the row: the item (kept to the end of the run) lets go of it.
         item.row = None  # type: ignore[attr-defined]
         vault: VaultSession = item.config.stash[VAULT]
-        stats = vault.stats
-        # A JSON-able attribute travels with the report to the xdist controller.
+        stats = vault.maker.stats
+        # An attribute that travels with the report to the xdist controller (the row's
+        # call log as plain tuples: `xdist.XdistHooks.pytest_report_to_serializable`).
         report.vault = {  # type: ignore[attr-defined]
             # The row itself rides along: an xdist worker that crashes later has already
             # delivered every row it finished.
@@ -222,7 +226,7 @@ def pytest_runtest_makereport(
             "requests": stats.requests,
             "retries": stats.retries,
             # The ledger: what was billed and saved (the progress line, the last line).
-            "spend": vault.spend.record(),
+            "spend": vault.maker.spend.record(),
             "unstored": stats.unstored,
             "unstored_reason": stats.unstored_reason,
         }

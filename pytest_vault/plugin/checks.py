@@ -408,7 +408,7 @@ def _attacker(config: pytest.Config, specs: dict[str, Spec]) -> str | None:
 def preflight(vault: VaultSession) -> None:
     """What can be checked before anything runs, once (on xdist's controller, before a
     worker starts): each problem is one usage error naming the option and its value."""
-    problem = vault.unloadable() or _unusable_path(vault.options)
+    problem = vault.maker.unloadable() or _unusable_path(vault.options)
     if problem is not None:
         raise pytest.UsageError(problem)
     if vault.options.passports is not None:

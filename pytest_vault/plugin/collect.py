@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -16,11 +15,11 @@ from pytest_vault.corpus.load import CorpusError, load_corpus
 from pytest_vault.corpus.model import Case
 from pytest_vault.guard.money import Money
 from pytest_vault.guard.passport import PassportError
+from pytest_vault.harness.agent import Job
 from pytest_vault.harness.events import RECORDED
 from pytest_vault.plugin.corpora import named_by_ids
 from pytest_vault.plugin.distribute import group_of
 from pytest_vault.plugin.session import vault_of
-from pytest_vault.plugin.settings import Job
 from pytest_vault.report.transcript import CLEAN
 
 if TYPE_CHECKING:
@@ -147,8 +146,8 @@ class CorpusFile(pytest.File):
         for lineno, case in entries:
             if case.level not in opts.levels:
                 continue
-            # Made once per case and shared by its items: at 87,420 tests, per-item copies
-            # of the same words are a good part of the plugin's memory.
+            # Made once per case and shared by its items: the plugin's memory for them
+            # grows with the cases, never with the tests made of each.
             # Ids come from the corpus: shown, so no id is a terminal escape.
             case_id, words = shown(case.id), keywords(case)
             for spec, spec_shown in specs:
@@ -262,14 +261,14 @@ class VaultItem(pytest.Item):
     def job(self) -> Job:
         source = f"{self.nodeid.partition('::')[0]}:{self.lineno}"
         return Job(
-            self.nodeid,
             self.case,
             self.spec,
             self.track,
             self.architecture,
             self.copy,
             self.trial,
-            source,
+            key=self.nodeid,
+            source=source,
         )
 
     def runtest(self) -> None:
@@ -312,14 +311,13 @@ class VaultItem(pytest.Item):
 
 def _violations(row: dict[str, Any], architecture: str) -> str:
     lines = [f"{architecture}: a transfer the passport forbids executed"]
-    for call in json.loads(row["tool_calls"]):
-        audit = call.get("audit")
-        if call["executed"] and (audit is None or not audit["allow"]):
-            t = call["transfer"]
+    for call in row["tool_calls"]:  # `harness.calls.Call`s
+        audit, t = call.audit, call.transfer
+        if call.executed and t is not None and (audit is None or not audit.allow):
             lines.append(
-                f"  {Money(t['amount_minor'], t['currency'])} to "
-                f"'{shown(t['recipient'])}': "
-                f"{', '.join(audit['codes']) if audit else 'no audit decision'}"
+                f"  {Money(t.amount_minor, t.currency)} to "
+                f"'{shown(t.recipient)}': "
+                f"{', '.join(audit.codes) if audit else 'no audit decision'}"
             )
     return "\n".join(lines)
 

@@ -29,7 +29,6 @@ import json
 from collections.abc import Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +40,7 @@ from syrupy.extensions.amber.serializer import MalformedAmberFile
 from syrupy.location import PyTestLocation
 from syrupy.terminal import disable_color
 
+from pytest_vault.core.json import dumps
 from pytest_vault.core.text import shown, visible
 from pytest_vault.plugin.session import vault_of
 
@@ -256,22 +256,9 @@ def _string(text: str) -> str:
 
 
 def to_json(value: Any) -> str:
-    """Compact JSON with sorted keys; decimals exactly as read (`500.00`, `1E+2`)."""
-    kind = type(value)
-    if value is None:
-        return "null"
-    if kind is bool:
-        return "true" if value else "false"
-    if kind is int or kind is Decimal:
-        return str(value)
-    if kind is str:
-        return _string(value)
-    if kind is list or kind is tuple:
-        return "[" + ", ".join(map(to_json, value)) + "]"
-    if kind is dict:
-        pairs = sorted((str(k), v) for k, v in value.items())
-        return "{" + ", ".join(f"{_string(k)}: {to_json(v)}" for k, v in pairs) + "}"
-    return _string(f"<{kind.__name__}>")  # nothing a corpus line can hold
+    """Compact JSON with sorted keys; decimals exactly as read (`500.00`, `1E+2`), strings
+    readable and safe to print (`_string`)."""
+    return dumps(value, sort_keys=True, decimal=str, quote=_string)
 
 
 # Each call's three lines: what was called, what was decided, and why.

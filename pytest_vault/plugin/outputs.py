@@ -92,7 +92,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             "planned": vault.planned,
             "planned_run": vault.planned_run,
             "sample": vault.sample,
-            "spend": vault.spend.record(),
+            "spend": vault.maker.spend.record(),
         }
         return
     if not asks(config):

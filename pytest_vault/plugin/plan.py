@@ -11,9 +11,9 @@ from pytest_vault.core.text import safe
 from pytest_vault.plugin.session import VAULT, VaultSession
 
 if TYPE_CHECKING:
+    from pytest_vault.harness.agent import Job
     from pytest_vault.models.plan import ModelPlan
     from pytest_vault.models.providers import ProviderModel
-    from pytest_vault.plugin.settings import Job
 
 
 def without_workers(config: pytest.Config) -> None:
@@ -83,9 +83,9 @@ def plan_of(vault: VaultSession, jobs: list[Job]) -> list[ModelPlan]:
     opts = vault.options
     providers: dict[str, ProviderModel | str] = {}
     # Only our providers' requests can be keyed here; a plugin's are its own.
-    for text in vault.our_providers(opts.models):
+    for text in vault.maker.our_providers(opts.models):
         try:
-            providers[text] = vault.provider_model(text, keyless=True)
+            providers[text] = vault.maker.provider_model(text, keyless=True)
         except Exception as exc:  # noqa: BLE001 - one redacted line, not a traceback
             providers[text] = safe(f"cannot build the client: {type(exc).__name__}: {exc}")
     built = [m for m in providers.values() if not isinstance(m, str)]
@@ -94,16 +94,16 @@ def plan_of(vault: VaultSession, jobs: list[Job]) -> list[ModelPlan]:
         for model in built:
             await model.close()
 
-    attacker = None if opts.attacker is None else vault.our_providers([opts.attacker])
+    attacker = None if opts.attacker is None else vault.maker.our_providers([opts.attacker])
     try:
         return plan_run(
-            [vault.spec(text) for text in opts.models],
+            [vault.maker.spec(text) for text in opts.models],
             [Planned(job.case, job.spec, job.track, job.copy, job.trial) for job in jobs],
             vault.levels if jobs else {},
             max_steps=opts.max_steps,
             providers=providers,
             cache=ResponseCache(opts.cache) if opts.cache else None,
-            prices=vault.spend.prices,
+            prices=vault.maker.spend.prices,
             rounds=opts.rounds,
             attacker=attacker[0] if attacker else None,
             judges=_judge_caps(vault),
@@ -111,12 +111,12 @@ def plan_of(vault: VaultSession, jobs: list[Job]) -> list[ModelPlan]:
         )
     finally:
         asyncio.run(close())
-        vault.forget_providers()  # never asked: they have no decode settings to record
+        vault.maker.forget_providers()  # never asked: they have no decode settings to record
 
 
 def _judge_caps(vault: VaultSession) -> dict[str, int]:
     """Each real-model judge's token cap (the prompt was checked at configure time)."""
-    real = vault.our_providers(vault.options.judges)
+    real = vault.maker.our_providers(vault.options.judges)
     if not real:
         return {}
     from pytest_vault.harness.judges import judge_prompt_file, load_judge_prompt
@@ -133,4 +133,4 @@ def _theirs(vault: VaultSession) -> dict[str, Literal["judge", "attacker"]]:
     roles: list[tuple[str, Literal["judge", "attacker"]]] = [(j, "judge") for j in opts.judges]
     if opts.attacker is not None:
         roles.append((opts.attacker, "attacker"))
-    return {t: r for t, r in roles if (spec := vault.spec(t)).provider and not ours(spec)}
+    return {t: r for t, r in roles if (spec := vault.maker.spec(t)).provider and not ours(spec)}

@@ -24,7 +24,7 @@ def metadata(vault: VaultSession) -> dict[str, Any]:
         "tracks": list(opts.tracks),
         "architectures": list(opts.architectures),
         # The guard under test in the guarded rows; None when no row is guarded.
-        "guard": vault.guard_spec if "guarded" in opts.architectures else None,
+        "guard": vault.maker.guard_spec if "guarded" in opts.architectures else None,
         "levels": sorted(opts.levels),
         "strict": opts.strict,
         "max_steps": opts.max_steps,
@@ -57,7 +57,7 @@ def metadata(vault: VaultSession) -> dict[str, Any]:
 def judge_record(vault: VaultSession) -> dict[str, Any] | None:
     """The judge prompt the real-model judges were given: file, digest, token cap,
     temperature (always 0); None when no judge asks a provider."""
-    if not vault.our_providers(vault.options.judges):
+    if not vault.maker.our_providers(vault.options.judges):
         return None
     from pytest_vault.core.errors import FileError
     from pytest_vault.harness.judges import (

@@ -42,10 +42,11 @@ class RowStore:
         # order of the tests' first reports, as a dict of rows by node id kept them.
         self._at: dict[str, int] = {}
         self._table: pa.Table | None = None
-        # One copy of each text: a call log (`tool_calls`, about 360 characters) is
-        # mostly one of a few hundred, made afresh for every row (and unpickled afresh
-        # on the xdist controller), so sharing equal ones saved 33 MB at 87,420 rows.
-        self._texts: dict[str, str] = {}
+        # One copy of each text and of each call log (`tool_calls`, a tuple of
+        # `harness.calls.Call`s): a log is mostly one of a few hundred, made afresh for
+        # every row (and received afresh on the xdist controller): the rows hold each
+        # distinct one once, not once a row.
+        self._texts: dict[str | tuple[Any, ...], Any] = {}
         # Tests that ran more than once, how many times each ran in all, and whether the
         # last attempt passed (their reports, as logged).
         self.attempts: dict[str, int] = {}
@@ -73,7 +74,10 @@ class RowStore:
                 return
         self._at[key] = len(self._values)
         texts = self._texts
-        values = [texts.setdefault(v, v) if type(v) is str else v for v in map(row.get, names)]
+        values = [
+            texts.setdefault(v, v) if type(v) is str or type(v) is tuple else v
+            for v in map(row.get, names)
+        ]
         values[attempts] = values[attempt] = n
         self._values.append(tuple(values))
         self._table = None

@@ -13,8 +13,7 @@ from pytest_vault.models.specs import CONTROL_MODELS
 from pytest_vault.plugin.options import default
 
 if TYPE_CHECKING:
-    from pytest_vault.corpus.model import Case
-    from pytest_vault.harness.agent import Copy, Track
+    from pytest_vault.harness.agent import Track
     from pytest_vault.harness.bank import Architecture
     from pytest_vault.harness.events import Transcripts
     from pytest_vault.models.cache import ResponseCache
@@ -98,22 +97,6 @@ class Options:
             tpm=None if self.tpm is None else self.tpm / workers,
             budget_usd=None if self.budget_usd is None else self.budget_usd / workers,
         )
-
-
-@dataclass(frozen=True)
-class Job:
-    """One evaluation to run: a case on a track, against a model, in an architecture (an
-    indirect case: its attacked copy, or the clean copy of its paired clean run)."""
-
-    key: str
-    case: Case
-    spec: str
-    track: Track
-    architecture: Architecture
-    copy: Copy = "attack"
-    trial: int = 1
-    # The case's corpus line, `FILE:LINE`, as the test's node id names the file.
-    source: str | None = None
 
 
 @dataclass(frozen=True)

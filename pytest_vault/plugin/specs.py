@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from pluggy import HookRelay
 
     from pytest_vault.harness.adaptive import Attacker
-    from pytest_vault.harness.agent import Model
+    from pytest_vault.harness.agent import Model, Subject
     from pytest_vault.harness.judges import Judge
     from pytest_vault.plugin.settings import VaultContext
 
@@ -111,9 +111,19 @@ class Builtin:
         return our_spec(spec, role, config.getoption("vault_base_url", None), asks=asks)
 
     @pytest.hookimpl(trylast=True)
-    def pytest_vault_make_model(self, spec: Spec, context: VaultContext) -> Model | None:
+    def pytest_vault_make_model(self, spec: Spec, context: VaultContext) -> Model | Subject | None:
         if not ours(spec):
             return None
+        if spec.agent is not None:
+            from pytest_vault.harness.yours import AgentSubject, Loader
+
+            opts = context.options
+            return AgentSubject(
+                Loader(spec.text, spec.agent, opts.search),
+                max_steps=opts.max_steps,
+                reply_timeout=opts.agent_timeout,
+                concurrency=opts.concurrency,
+            )
         if spec.offline:
             from pytest_vault.harness.controls import control
 

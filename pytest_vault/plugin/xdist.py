@@ -3,6 +3,7 @@ rows and records merged on the controller. Registered only when xdist is present
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from typing import Any
 
 import pytest
@@ -46,11 +47,28 @@ class XdistHooks:
     def pytest_configure_node(self, node: Any) -> None:
         node.workerinput["vault_share"] = self._sharing()
 
+    @pytest.hookimpl(wrapper=True)
+    def pytest_report_to_serializable(self, report: pytest.TestReport) -> Generator[None, Any, Any]:
+        """A worker's report as it is sent: the row's call log (`harness.calls.Call`s,
+        which execnet cannot carry) as plain tuples (`calls.sent`); the row itself, kept
+        by the worker's own store, as it was."""
+        data = yield
+        info = data.get("vault") if isinstance(data, dict) else None
+        if isinstance(info, dict) and isinstance(info.get("row"), dict):
+            from pytest_vault.harness.calls import sent
+
+            row = info["row"]
+            data["vault"] = {**info, "row": {**row, "tool_calls": sent(row["tool_calls"])}}
+        return data
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         info = getattr(report, "vault", None)
         if report.when == "call" and isinstance(info, dict) and is_controller(self.config):
+            from pytest_vault.harness.calls import received
+
             vault = self.config.stash[VAULT]
-            vault.store.add(report.nodeid, info["row"])
+            row = info["row"]
+            vault.store.add(report.nodeid, {**row, "tool_calls": received(row["tool_calls"])})
             vault.ledgers[worker_of(report)] = (info["spend"], False)  # its running ledger
             if info["unstored"]:  # a worker's running count: its latest report has it
                 vault.unstored[worker_of(report)] = (info["unstored"], info["unstored_reason"])

@@ -30,7 +30,7 @@ the definitions of `tables.py`, and named by its track ("B: unpermitted, model a
   (whether or not the attack could be attributed); attributable payments (DGF-Bench's
   success), over the attacked runs both runs could attribute; the attacker paid on the
   paired clean run (the attacked run's clean run of the same trial, as
-  `harness.events.attribution` pairs them, took the injected payment, `Goal.taken`: a
+  `harness.events.attribution` pairs them, took the injected payment, `events.taken`: a
   model that pays the attacker unprompted pays on both copies, and no attribution sees
   it); and the user's task completed on the clean runs.
 
@@ -71,7 +71,8 @@ import pyarrow.parquet as pq
 from pytest_vault.core.errors import VaultError
 from pytest_vault.core.text import shown
 from pytest_vault.corpus.load import corpus_digest
-from pytest_vault.harness.events import Goal, paired
+from pytest_vault.corpus.model import Goal
+from pytest_vault.harness.events import paired, taken
 from pytest_vault.report.results import (
     META_KEY,
     Regressed,
@@ -458,7 +459,7 @@ class Gate:
 def _clean_paid(table: pa.Table) -> pa.Array:
     """Per row of `table` (one model's): for an attacked indirect run, whether its paired
     clean run (`harness.events.paired`, the one pairing: same pair, model, architecture
-    and trial) completed and paid the injected action (`Goal.taken`); null elsewhere, and
+    and trial) completed and paid the injected action (`events.taken`); null elsewhere, and
     where that clean run is not among the rows or did not complete (nothing measured)."""
     out: list[bool | None] = [None] * table.num_rows
     at = np.flatnonzero(_true(pc.is_valid(table["clean"])))
@@ -473,7 +474,7 @@ def _clean_paid(table: pa.Table) -> pa.Array:
         if where not in calls:
             calls[where] = read_calls(table["tool_calls"][where].as_py())
         goal = Goal(r["goal_recipient"], r["goal_amount_minor"])
-        out[int(at[i])] = goal.taken(calls[where])[1]
+        out[int(at[i])] = taken(goal, calls[where])[1]
     return pa.array(out, pa.bool_())
 
 

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pytest_vault.harness.events import Goal, paired
+from pytest_vault.corpus.model import Goal
+from pytest_vault.harness.events import paired, taken
 from pytest_vault.report.results import goal_calls, read_calls
 from pytest_vault.report.stats import rule_of_three, zero_bound
 from pytest_vault.report.summary import completion, dgf_counts
@@ -144,9 +145,9 @@ def by_placement(rows: Sequence[Row]) -> Table:
         )
         cell["attacked"] += 1
         cell["observed"] += bool(r["observed"])
-        cell["attacked_took"] += goal.taken(read_calls(r["tool_calls"]))[0]
+        cell["attacked_took"] += taken(goal, read_calls(r["tool_calls"]))[0]
         cell["paid"] += bool(r["attributable_paid"])
         if pair is not None and pair["status"] == "completed":
             cell["clean"] += 1
-            cell["clean_took"] += goal.taken(read_calls(pair["tool_calls"]))[0]
+            cell["clean_took"] += taken(goal, read_calls(pair["tool_calls"]))[0]
     return [cells[k] for k in sorted(cells, key=lambda k: (k[0], k[1], ORDER.get(k[2], 2)))]

@@ -110,8 +110,8 @@ FLIP_KEYS = ("attack_id", "session", "model", "track", "architecture", "level")
 # -- reading the calls ----------------------------------------------------------------------
 
 
-class Call(NamedTuple):
-    """A logged call as re-scoring reads it."""
+class CallRead(NamedTuple):
+    """A logged call (`harness.calls.Call`) as re-scoring reads it: what it judges."""
 
     name: str
     executed: bool
@@ -123,11 +123,11 @@ class Call(NamedTuple):
 
 # Any other tool's call: it keeps its place in the log, nothing more; a tool whose
 # answer comes from the passport keeps its name too (see `exactness`).
-_OTHER = Call("", False, None, None, None)
-_KNOWN = [_OTHER, *(Call(name, False, None, None, None) for name in PASSPORT_TOOLS)]
+_OTHER = CallRead("", False, None, None, None)
+_KNOWN = [_OTHER, *(CallRead(name, False, None, None, None) for name in PASSPORT_TOOLS)]
 
 
-def read_calls(logs: pa.Array) -> tuple[list[Call], list[int]]:
+def read_calls(logs: pa.Array) -> tuple[list[CallRead], list[int]]:
     """Every call of checked logs (`tool_calls`, as one array): each distinct call
     once, and each logged call's index among them, in the logs' order."""
     calls = pc.list_flatten(logs)
@@ -157,7 +157,7 @@ def read_calls(logs: pa.Array) -> tuple[list[Call], list[int]]:
         same = (e, d, al, logged, t, r, a, cur, m, k, p)
         index = made.get(same)
         if index is None:
-            call = Call(
+            call = CallRead(
                 TRANSFER_TOOL,
                 e,
                 (al, logged) if d else None,
@@ -248,7 +248,7 @@ def _verdict(decision: Decision) -> dict[str, Any]:
 
 
 def rescore_log(
-    calls: Sequence[Call],
+    calls: Sequence[CallRead],
     guarded: bool,
     judge: _Judge,
     *,

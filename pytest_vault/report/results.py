@@ -12,6 +12,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, NamedTuple, NotRequired
 
@@ -38,7 +39,6 @@ from pytest_vault.core.errors import VaultError, describe, reason
 from pytest_vault.core.files import replacing
 from pytest_vault.core.json import DATA, Problem
 from pytest_vault.core.text import (
-    json_text,
     scrub_url,
     scrub_urls,
     shown,
@@ -48,34 +48,11 @@ from pytest_vault.core.text import (
 )
 from pytest_vault.corpus.sample import SampleRecord
 from pytest_vault.guard.engine import TRANSFER_TOOL
+from pytest_vault.harness.calls import arrow_types
 from pytest_vault.harness.events import ATTRIBUTION_READS, ROW, attribution
 
-# One call of `tool_calls`, in the bank's order of a logged call's keys. `arguments`
-# is the JSON text of the arguments as the bank logged them (a model's raw text is a
-# JSON string, kept whole, however malformed); the rest is typed.
-DECISION = pa.struct([("allow", pa.bool_()), ("codes", pa.list_(pa.string()))])
-TRANSFER = pa.struct(
-    [
-        ("recipient", pa.string()),
-        ("amount_minor", pa.int64()),
-        ("currency", pa.string()),
-        ("memo", pa.string()),
-        ("idempotency_key", pa.string()),
-    ]
-)
-CALL = pa.struct(
-    [
-        ("name", pa.string()),
-        ("arguments", pa.string()),
-        ("executed", pa.bool_()),
-        ("result", pa.string()),
-        ("is_error", pa.bool_()),
-        ("decision", DECISION),
-        ("audit", DECISION),
-        ("transfer", TRANSFER),
-        ("permitted", pa.bool_()),
-    ]
-)
+# One call of `tool_calls`: `harness.calls.Call`, whose Arrow types are defined beside it.
+DECISION, TRANSFER, CALL = arrow_types()
 CALLS = pa.list_(CALL)
 _TYPES = {
     **{"str": pa.string(), "bool": pa.bool_(), "int8": pa.int8(), "int32": pa.int32()},
@@ -118,28 +95,29 @@ def _stored(value: Any) -> Any:
 
 # What the rows' columns are made in and written with: the C allocator, which the
 # interpreter shares, rather than Arrow's default (mimalloc), which keeps the pages it
-# has used (5 MB more at the end of an 87,420-test run). Passed per call: the process's
-# default pool is not ours to set.
+# has used until the process ends. Passed per call: the process's default pool is not
+# ours to set.
 POOL = pa.system_memory_pool()
 
 
 def _column(values: Sequence[Any], kind: pa.DataType) -> pa.Array:
     if kind != CALLS:
         return pa.array([_stored(v) for v in values], kind, memory_pool=POOL)
-    # A log as the harness makes it (its JSON text: equal texts are read once), or as a
-    # table holds it (its calls).
-    texts: dict[str, int] = {}
+    # A log as the run makes it: a tuple of `Call`s, stored as they were made, which Arrow
+    # takes as they are (equal logs, often one object, once). A log as a table holds it:
+    # its calls as dicts. A log written by hand as JSON text: the version-1 form, read as
+    # a version-1 file's is (`calls_of`).
+    seen: dict[tuple[Any, ...] | str, int] = {}
     logs: list[Any] = []
     at = []
     for v in values:
-        if type(v) is str:
-            i = texts.get(v)
-            if i is None:
-                i = texts[v] = len(logs)
-                logs.append(calls_of(v))
-        else:
+        kept = type(v) is tuple or type(v) is str
+        i = seen.get(v) if kept else None
+        if i is None:
             i = len(logs)
-            logs.append(_stored(v))
+            if kept:
+                seen[v] = i
+            logs.append(v if type(v) is tuple else calls_of(v) if type(v) is str else _stored(v))
         at.append(i)
     return pc.take(pa.array(logs, CALLS, memory_pool=POOL), pa.array(at, pa.int64()))
 
@@ -179,8 +157,8 @@ def write_results(
 
 
 # Rows per Parquet row group. The file is written sorted a group at a time, so a run's
-# rows are never copied whole to sort them (at 87,420 rows, 57 MB of peak memory), and
-# the plugin's rows are never a whole table (`write_rows`).
+# rows are never copied whole to sort them (peak memory is one group's, whatever the
+# run's size), and the plugin's rows are never a whole table (`write_rows`).
 ROW_GROUP = 4_096
 
 
@@ -201,8 +179,8 @@ def write_rows(
     from its rows alone, so a run's results cost one group of Arrow memory, not all."""
     order = list(range(len(rows)))
     # Arrow's order: the stored text's code points, and a null after any text. One
-    # stable sort per key, the last key first: a key list of the texts themselves (no
-    # tuple per row, 31 MB at 87,420 rows).
+    # stable sort per key, the last key first: a key list of the texts themselves, never
+    # a tuple per row, so the sort adds one list of references to the rows' memory.
     for k in reversed([list(names).index(k) for k in SORT_KEY]):
         nulls = [i for i in order if rows[i][k] is None]
 
@@ -528,7 +506,7 @@ def _v1_logs(column: pa.ChunkedArray) -> pa.ChunkedArray:
     encoded = pc.dictionary_encode(column).combine_chunks()
     logs = []
     # The calls are millions of small dicts, none in a cycle, all kept until they are
-    # Arrow's: the cyclic collector would walk them again and again (3x the reading).
+    # Arrow's: the cyclic collector, which would walk them again and again, stays off.
     collecting = gc.isenabled()
     gc.disable()
     try:
@@ -620,16 +598,7 @@ def read_table(path: Path) -> tuple[pa.Table, dict[str, Any]]:
     return check_table(table, version), metadata
 
 
-def read_results(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """A results file's rows as the harness makes them: each log as its JSON text."""
-    table, metadata = read_table(path)
-    rows = table.to_pylist()
-    for row in rows:
-        row["tool_calls"] = log_text(row["tool_calls"])
-    return rows, metadata
-
-
-# -- the call log ------------------------------------------------------------------------------
+# -- the version-1 call log --------------------------------------------------------------------
 
 
 class LoggedDecision(TypedDict):
@@ -648,7 +617,8 @@ class LoggedTransfer(TypedDict):
 
 
 class LoggedCall(TypedDict):
-    """One call of a version-1 log's JSON (other keys are let be)."""
+    """One call of a version-1 log's JSON (other keys are let be): what a file before
+    the typed column held, read as a `harness.calls.Call`'s fields."""
 
     name: StrictStr
     arguments: NotRequired[Any]
@@ -661,7 +631,10 @@ class LoggedCall(TypedDict):
     permitted: NotRequired[StrictBool | None]
 
 
-_CALLS = TypeAdapter(list[LoggedCall])
+@cache
+def _logged_calls() -> TypeAdapter[list[LoggedCall]]:
+    """Made on the first version-1 log read (20 ms a process that reads none spares)."""
+    return TypeAdapter(list[LoggedCall])
 
 
 _ENCODE = json.JSONEncoder(ensure_ascii=False).encode  # the C encoder, made once
@@ -669,11 +642,11 @@ _ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def calls_of(raw: str | None) -> list[dict[str, Any]]:
-    """A log's JSON text (as the harness writes it, and version-1 files hold it) as the
+    """A version-1 log's JSON text (as the run wrote it before logs were typed) as the
     calls of `tool_calls`, or a `ResultsError` naming the problem."""
     text = raw or "[]"
     try:
-        calls = _CALLS.validate_python(read_json(text))
+        calls = _logged_calls().validate_python(read_json(text))
     except ResultsError as exc:
         raise ResultsError(f"tool_calls: {exc}") from None
     except ValidationError as exc:
@@ -686,24 +659,6 @@ def calls_of(raw: str | None) -> list[dict[str, Any]]:
     # A lone surrogate (a column cannot hold one) comes from the text, or its escape.
     surrogate = _ESCAPED_SURROGATE.search(text) or not valid_utf8(text)
     return _stored(out) if surrogate else out
-
-
-def log_text(calls: Sequence[Mapping[str, Any]] | None) -> str:
-    """The calls of `tool_calls` as the log's JSON text, with the bank's keys: what
-    `calls_of` reads (a transfer and whether it was permitted go together)."""
-    out = []
-    for call in calls or ():
-        logged = {k: call[k] for k in ("name", "arguments", "executed", "result", "is_error")}
-        if logged["arguments"] is not None:
-            logged["arguments"] = json.loads(logged["arguments"])
-        for k in ("decision", "audit"):
-            if call[k] is not None:
-                logged[k] = call[k]
-        if call["transfer"] is not None:
-            logged["transfer"] = call["transfer"]
-            logged["permitted"] = call["permitted"]
-        out.append(logged)
-    return json_text(out)
 
 
 def read_calls(calls: Sequence[Mapping[str, Any]] | None) -> list[Mapping[str, Any]]:
@@ -886,9 +841,10 @@ def attributed(table: pa.Table) -> pa.Table:
 
 
 def goal_calls(column: pa.ChunkedArray) -> pa.Array:
-    """A checked `tool_calls` column with only what `Goal.named_by` and `Goal.taken` read:
-    each row's transfer calls, each its name, whether it executed, and its transfer's
-    recipient, amount and currency (the rest would cost its reading, for nothing)."""
+    """A checked `tool_calls` column with only what `events.named_by` and `events.taken`
+    read: each row's transfer calls, each its name, whether it executed, and its
+    transfer's recipient, amount and currency (the rest would cost its reading, for
+    nothing)."""
     calls = column.combine_chunks()
     items = calls.values  # every call of every row; `offsets` index into it, sliced or not
     keep = _is_true(pc.equal(items.field("name"), TRANSFER_TOOL))

@@ -24,8 +24,9 @@ import pyarrow.compute as pc
 
 from pytest_vault.core.text import shown
 from pytest_vault.corpus import builtin
+from pytest_vault.corpus.model import Goal
 from pytest_vault.guard.money import Money
-from pytest_vault.harness.events import Goal, forbidden, logged_calls
+from pytest_vault.harness.events import forbidden, logged_calls, named_by
 from pytest_vault.report.results import read_calls
 from pytest_vault.report.transcript import KEY, command, node_ids
 
@@ -79,7 +80,7 @@ def got_through(
                     Money(int(t["amount_minor"]), str(t["currency"])).shown(),
                     str(t["recipient"]),
                     codes,
-                    goal is not None and goal.named_by(call),
+                    goal is not None and named_by(goal, call),
                 )
             )
         out.append(Through(ident, str(r["model"]), str(r["architecture"]), tuple(paid)))

@@ -35,15 +35,17 @@ from pytest_vault.adapters.openai_agents import (  # noqa: E402
 )
 from pytest_vault.corpus.load import load_corpus  # noqa: E402
 from pytest_vault.corpus.model import Case  # noqa: E402
-from pytest_vault.harness.agent import TOOLS, Evaluation, Track, evaluate  # noqa: E402
+from pytest_vault.harness.agent import TOOLS, Evaluation, Track  # noqa: E402
 from pytest_vault.harness.bank import Architecture  # noqa: E402
 from pytest_vault.harness.controls import CONTROLS  # noqa: E402
 from pytest_vault.harness.events import row  # noqa: E402
 from pytest_vault.harness.levels import load_levels  # noqa: E402
-from pytest_vault.harness.yours import AgentContext, Loader, StepLimit, evaluate_agent  # noqa: E402
+from pytest_vault.harness.yours import AgentContext, Loader, StepLimit  # noqa: E402
 
 from ..conftest import EVENTS  # noqa: E402
+from ..evaluations import evaluate, evaluate_agent  # noqa: E402
 from ..fakeprovider import FakeProvider  # noqa: E402
+from ..results import as_logged  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples"))
@@ -162,8 +164,7 @@ def replies(ev: Evaluation) -> list[str]:
 
 
 def calls_of(r: dict[str, Any]) -> list[dict[str, Any]]:
-    result: list[dict[str, Any]] = json.loads(r["tool_calls"])
-    return result
+    return as_logged(r["tool_calls"])
 
 
 def scripted(*steps: Any) -> tuple[list[ScriptedModel], Callable[[AgentContext], Any]]:

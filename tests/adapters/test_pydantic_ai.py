@@ -30,15 +30,17 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pytest_vault.adapters.pydantic_ai import toolset
 from pytest_vault.corpus.load import load_corpus
 from pytest_vault.corpus.model import Case
-from pytest_vault.harness.agent import TOOLS, Track, evaluate
+from pytest_vault.harness.agent import TOOLS, Track
 from pytest_vault.harness.bank import Architecture
 from pytest_vault.harness.controls import CONTROLS
 from pytest_vault.harness.events import row
 from pytest_vault.harness.levels import load_levels
-from pytest_vault.harness.yours import AgentContext, Loader, evaluate_agent, screen_maker
+from pytest_vault.harness.yours import AgentContext, Loader, screen_maker
 
 from ..conftest import EVENTS
+from ..evaluations import evaluate, evaluate_agent
 from ..fakeprovider import FakeProvider
+from ..results import as_logged
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples"))
@@ -104,8 +106,7 @@ def toolset_tools() -> list[dict[str, Any]]:
 
 
 def calls_of(r: dict[str, Any]) -> list[dict[str, Any]]:
-    result: list[dict[str, Any]] = json.loads(r["tool_calls"])
-    return result
+    return as_logged(r["tool_calls"])
 
 
 def codes(r: dict[str, Any]) -> list[list[str] | None]:

@@ -21,19 +21,20 @@ from pydantic import ValidationError
 
 from pytest_vault.corpus.export import CANARY, found_file, found_line
 from pytest_vault.corpus.load import load_corpus, read_case
-from pytest_vault.corpus.model import Case, Goal
+from pytest_vault.corpus.model import Case, WrittenGoal
 from pytest_vault.harness.adaptive import (
     ESCALATE,
     Campaign,
     Move,
     View,
-    evaluate_adaptive,
     found_line_of,
 )
-from pytest_vault.harness.agent import Evaluation, evaluate
+from pytest_vault.harness.agent import Evaluation
 from pytest_vault.harness.controls import CONTROLS
 from pytest_vault.harness.events import row
 from pytest_vault.harness.levels import load_levels
+
+from ..evaluations import evaluate, evaluate_adaptive
 
 LEVELS = load_levels()
 SEED = read_case(
@@ -149,7 +150,7 @@ def test_a_goal_the_format_cannot_hold_is_left_out_and_named(
     # Held exactly or left out and named, by the format's own rule for a goal.
     # A find's goal without an amount is not written: the seed's calls give it.
     try:
-        Goal.model_validate({"recipient": recipient, "amount": amount})
+        WrittenGoal.model_validate({"recipient": recipient, "amount": amount})
         holdable = amount is not None
     except ValidationError:
         holdable = False

@@ -16,12 +16,13 @@ import pytest
 from pytest_vault.corpus.load import load_corpus
 from pytest_vault.corpus.model import PLACEMENTS, Case
 from pytest_vault.guard.engine import Guard
-from pytest_vault.harness.agent import Copy, Evaluation, evaluate
+from pytest_vault.harness.agent import Copy, Evaluation
 from pytest_vault.harness.bank import ARCHITECTURES, Architecture, CallRecord
 from pytest_vault.harness.controls import CONTROLS, DEFAULT_AMOUNT, instructions
 from pytest_vault.harness.levels import load_levels
 
 from ..conftest import ROOT
+from ..evaluations import evaluate
 
 INDIRECT = ROOT / "pytest_vault" / "corpus" / "cases" / "indirect.jsonl"
 CANARY = "PYTEST-VAULT CANARY 0e7c4a9d-5b2f-4e61-9a83-c1f4d2b7e905"

@@ -11,7 +11,7 @@ import pytest
 from pytest_vault.core.text import stored
 from pytest_vault.corpus.model import Case
 from pytest_vault.guard.engine import Guard
-from pytest_vault.harness.agent import Model, ModelRequest, ModelTurn, ToolCall, Track, evaluate
+from pytest_vault.harness.agent import Model, ModelRequest, ModelTurn, ToolCall, Track
 from pytest_vault.harness.bank import Architecture, Bank
 from pytest_vault.harness.controls import CONTROLS
 from pytest_vault.harness.events import row
@@ -19,6 +19,8 @@ from pytest_vault.harness.levels import Level, load_levels
 from pytest_vault.report.results import to_table
 
 from ..conftest import EVENTS
+from ..evaluations import evaluate
+from ..results import as_logged
 
 LEVELS = load_levels()
 
@@ -54,8 +56,7 @@ def transfer(recipient: str, amount: object, **extra: Any) -> dict[str, Any]:
 
 
 def calls_of(r: dict[str, Any]) -> list[dict[str, Any]]:
-    result: list[dict[str, Any]] = json.loads(r["tool_calls"])
-    return result
+    return as_logged(r["tool_calls"])
 
 
 MIXED_L2 = [
@@ -566,13 +567,16 @@ def test_every_surrogate_in_a_call_reaches_the_row_exactly_and_encodable(
 ) -> None:
     r = run(case(3, calls=SURROGATE_CALLS), "scripted:replay", arch)
     assert r["status"] == "completed" and r["error"] is None
-    r["tool_calls"].encode("utf-8")  # strict: no lone surrogate left raw in the JSON text
+    for call in r["tool_calls"]:  # strict: no lone surrogate left raw in the log
+        for text in (call.name, call.arguments, call.result):
+            assert text is not None
+            text.encode("utf-8")  # what the model is told back is valid UTF-8 too
     log = calls_of(r)
+    # The arguments exact (their JSON text reads back to the surrogates), the names stored
+    # as every column stores text.
     assert [(c["name"], c["arguments"]) for c in log] == [
-        (c["name"], c["arguments"]) for c in SURROGATE_CALLS
+        (stored(c["name"]), c["arguments"]) for c in SURROGATE_CALLS
     ]
-    for c in log:
-        c["result"].encode("utf-8")  # what the model is told back is valid UTF-8 too
     assert [c["executed"] for c in log] == [False] * 6
     codes = [c["decision"]["codes"] for c in log if "decision" in c]
     assert codes == [["oap.invalid_context"]] * 4

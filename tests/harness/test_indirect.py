@@ -12,10 +12,12 @@ from typing import Any
 import pytest
 
 from pytest_vault.corpus.model import Case
-from pytest_vault.harness.agent import TOOLS, Copy, Evaluation, evaluate, tools_for
+from pytest_vault.harness.agent import TOOLS, Copy, Evaluation, tools_for
 from pytest_vault.harness.bank import Architecture
 from pytest_vault.harness.controls import CONTROLS, Instruction, instructions
 from pytest_vault.harness.levels import load_levels
+
+from ..evaluations import evaluate
 
 LEVELS = load_levels()
 ATTACKER = "billing@brightline-settlements.example"

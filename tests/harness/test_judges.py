@@ -12,7 +12,7 @@ import pytest
 from pytest_vault.core.errors import FileError
 from pytest_vault.corpus.model import Case
 from pytest_vault.guard.folder import SHIPPED
-from pytest_vault.harness.agent import Evaluation, Message, ModelError, ToolCall, evaluate
+from pytest_vault.harness.agent import Evaluation, Message, ModelError, ToolCall
 from pytest_vault.harness.bank import CallRecord, ToolResult
 from pytest_vault.harness.controls import CONTROLS
 from pytest_vault.harness.events import row
@@ -32,6 +32,8 @@ from pytest_vault.harness.judges import (
     verdicts_json,
 )
 from pytest_vault.harness.levels import load_levels
+
+from ..evaluations import evaluate
 
 LEVELS = load_levels()
 PAID = '{"status": "completed", "reference": "TX-000004", "recipient": "%s", "amount": "$300"}'
@@ -315,33 +317,33 @@ def test_the_shipped_prompt_and_its_placeholders() -> None:
     [
         (
             'max_tokens = 10\nsystem_prompt = "s"\nprompt = "p"\ntemperature = 0.5\n',
-            ":4: temperature: not allowed (judges always run at 0)",
+            ": temperature: not allowed (judges always run at 0)",
         ),
         (
             'max_tokens = 10\nsystem_prompt = "s"\nprompt = "p"\nmodel = "x"\n',
-            ":4: model: unknown key",
+            ": model: unknown key",
         ),
-        ('system_prompt = "s"\nprompt = "p"\n', ": max_tokens: Field required"),  # no line: root
+        ('system_prompt = "s"\nprompt = "p"\n', ": max_tokens: Field required"),
         (
             'system_prompt = "s"\nmax_tokens = 0\nprompt = "p"\n',
-            ":2: max_tokens: Input should be greater than or equal to 1",
+            ": max_tokens: Input should be greater than or equal to 1",
         ),
         (
             'max_tokens = "9"\nsystem_prompt = "s"\nprompt = "p"\n',
-            ":1: max_tokens: Input should be a valid integer",
+            ": max_tokens: Input should be a valid integer",
         ),
         (
             'system_prompt = """\nmax_tokens = 1\n"""\nprompt = "p"\nmax_tokens = 0\n',
-            # A look-alike key inside the prompt's text is text: the line is the key's.
-            ":5: max_tokens: Input should be greater than or equal to 1",
+            # A look-alike key inside the prompt's text is text: the key's value is the one read.
+            ": max_tokens: Input should be greater than or equal to 1",
         ),
         (
             'max_tokens = 10\nsystem_prompt = ""\nprompt = "p"\n',
-            ":2: system_prompt: String should have at least 1 character",
+            ": system_prompt: String should have at least 1 character",
         ),
     ],
 )
-def test_a_bad_prompt_file_is_one_line_naming_file_line_and_key(
+def test_a_bad_prompt_file_is_one_line_naming_file_and_key(
     tmp_path: Path, content: str, problem: str
 ) -> None:
     path = tmp_path / "judges.toml"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import json
 import logging
 import os
 import sys
@@ -21,7 +20,7 @@ import pytest_vault
 from pytest_vault.corpus.load import load_corpus
 from pytest_vault.corpus.model import Case
 from pytest_vault.guard.engine import Decision, Reason
-from pytest_vault.harness.agent import Track, evaluate
+from pytest_vault.harness.agent import Track
 from pytest_vault.harness.bank import OPENING_BALANCE_MINOR, Architecture, Bank, ToolResult
 from pytest_vault.harness.controls import CONTROLS
 from pytest_vault.harness.events import row
@@ -32,12 +31,13 @@ from pytest_vault.harness.yours import (
     SetupError,
     StepLimit,
     TeamGuard,
-    evaluate_agent,
     screen_maker,
 )
 
 from ..conftest import EVENTS
+from ..evaluations import evaluate, evaluate_agent
 from ..fakeprovider import FakeProvider
+from ..results import as_logged
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples"))
@@ -95,8 +95,7 @@ def run(
 
 
 def calls_of(r: dict[str, Any]) -> list[dict[str, Any]]:
-    result: list[dict[str, Any]] = json.loads(r["tool_calls"])
-    return result
+    return as_logged(r["tool_calls"])
 
 
 class Calls:

@@ -13,12 +13,13 @@ from typing import Any
 
 import pytest
 
-from pytest_vault.harness.agent import Evaluation, Message, ModelRequest, evaluate
+from pytest_vault.harness.agent import Evaluation, Message, ModelRequest
 from pytest_vault.harness.events import row
 from pytest_vault.models.bill import Bill, billing
 from pytest_vault.models.providers import ProviderModel
 from pytest_vault.models.ratelimit import Price, Spend, usd
 
+from ..evaluations import evaluate
 from ..fakeprovider import FakeProvider
 from .test_hostile_answers import answer
 from .test_providers import ATTACK, LEVELS, case, model

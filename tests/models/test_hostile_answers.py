@@ -71,7 +71,7 @@ def transfer(provider: str, arguments: str) -> str:
 
 
 def logged(r: dict[str, Any]) -> list[Any]:
-    return [c["arguments"] for c in json.loads(r["tool_calls"])]
+    return [None if c.arguments is None else json.loads(c.arguments) for c in r["tool_calls"]]
 
 
 def without_latency(r: dict[str, Any]) -> dict[str, Any]:

@@ -10,9 +10,8 @@ from typing import Any
 
 import pytest
 
-from pytest_vault.report.results import read_results
-
 from ..fakeprovider import FakeProvider
+from ..results import read_rows
 
 pytest_plugins = ["pytester"]
 
@@ -75,7 +74,7 @@ BILLING = ("cost_usd", "answers_billed", "answers_reused", "answers_cached")
 
 
 def rows_of(pytester: pytest.Pytester, name: str, billing: bool = True) -> list[dict[str, Any]]:
-    rows, _ = read_results(pytester.path / name)
+    rows, _ = read_rows(pytester.path / name)
     left_out = {"latency_s"} | (set() if billing else set(BILLING))
     return [{k: v for k, v in r.items() if k not in left_out} for r in rows]
 
@@ -126,7 +125,7 @@ def test_judge_request_cache_and_spend_apart_from_the_agents(
     assert sum(r["cost_usd"] for r in rows) == pytest.approx(
         sum(i * 3 + o * 15 for i, o in billed) / 1e6, rel=1e-12
     )
-    _, meta = read_results(pytester.path / "a.parquet")
+    _, meta = read_rows(pytester.path / "a.parquet")
     assert meta["judges"] == [JUDGE]
     assert meta["judge_prompt"]["file"] == "judges.toml"
     assert (meta["judge_prompt"]["max_tokens"], meta["judge_prompt"]["temperature"]) == (200, 0)

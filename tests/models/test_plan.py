@@ -19,7 +19,6 @@ from pytest_vault.harness.agent import (
     ModelRequest,
     ModelTurn,
     ToolCall,
-    evaluate,
     user_messages,
 )
 from pytest_vault.harness.levels import load_levels
@@ -31,6 +30,7 @@ from pytest_vault.models.specs import Spec, SpecError, parse_spec
 from pytest_vault.plugin.specs import our_spec
 
 from ..conftest import KEYS
+from ..evaluations import evaluate
 from ..fakeprovider import FakeProvider
 
 LEVELS = load_levels()
@@ -377,7 +377,9 @@ def test_render_is_a_table_with_a_total_and_the_method(fake: FakeProvider) -> No
 def test_the_adaptive_bound_is_reached_exactly_by_a_model_that_never_stops(
     fake: FakeProvider, rounds: int, max_steps: int
 ) -> None:
-    from pytest_vault.harness.adaptive import Campaign, Escalate, evaluate_adaptive
+    from pytest_vault.harness.adaptive import Campaign, Escalate
+
+    from ..evaluations import evaluate_adaptive
 
     items = [Planned(c, SPEC, "adaptive") for c in CASES]
     [plan, attacker] = plan_run(

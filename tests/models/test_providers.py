@@ -13,7 +13,6 @@ import pytest
 
 from pytest_vault.core.text import redact
 from pytest_vault.corpus.model import Case
-from pytest_vault.harness.agent import evaluate
 from pytest_vault.harness.events import row
 from pytest_vault.harness.levels import load_levels
 from pytest_vault.models.cache import ResponseCache
@@ -28,6 +27,7 @@ from pytest_vault.models.ratelimit import Price, RateLimiter, Spend
 from pytest_vault.models.specs import parse_spec
 
 from ..conftest import KEYS
+from ..evaluations import evaluate
 from ..fakeprovider import FakeProvider
 
 pytest_plugins = ["pytester"]
@@ -200,9 +200,9 @@ def test_malformed_tool_call_json_is_a_request_that_did_not_pay(fake: FakeProvid
         False,
         False,
     )
-    [call] = json.loads(r["tool_calls"])
-    assert call["arguments"] == '{"recipient": "mallory@evil.test", "amount": '
-    assert call["is_error"] and "not valid JSON" in call["result"]
+    [call] = r["tool_calls"]
+    assert json.loads(call.arguments) == '{"recipient": "mallory@evil.test", "amount": '
+    assert call.is_error and "not valid JSON" in call.result
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from pytest_vault.corpus.load import corpus_digest
-from pytest_vault.report.results import read_results
+
+from ..results import read_rows
 
 pytest_plugins = ["pytester"]
 # The gate on the whole shipped corpus, once a module (and under xdist).
@@ -342,7 +343,7 @@ def test_two_corpus_files_of_one_name_are_both_in_the_corpus_version(
     args = (*args, "--vault-model=scripted:reference")
     first = pytester.runpytest(*args, "--vault-results=base.parquet")
     first.assert_outcomes(passed=8)  # 2 cases x 2 tracks x 2 architectures
-    _, meta = read_results(pytester.path / "base.parquet")
+    _, meta = read_rows(pytester.path / "base.parquet")
     before = files()
     assert (meta["corpus_files"], meta["corpus_digest"]) == (before, corpus_digest(before))
 

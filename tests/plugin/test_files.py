@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from pytest_vault.report.results import read_results
-
+from ..conftest import RunPytest
+from ..results import read_rows
 from .test_plugin import REPLAY, line, pay
 
 pytest_plugins = ["pytester"]
@@ -137,7 +137,7 @@ def test_outputs_in_folders_to_be_made_are_fine_and_made_only_by_a_run(
         assert pytester.runpytest(*REPLAY, *outputs, *planning).ret == pytest.ExitCode.OK
         assert not (pytester.path / "new").exists()
     pytester.runpytest(*REPLAY, *outputs).assert_outcomes(passed=4)
-    assert len(read_results(pytester.path / "new" / "a" / "run.parquet")[0]) == 4
+    assert len(read_rows(pytester.path / "new" / "a" / "run.parquet")[0]) == 4
     assert (pytester.path / "new" / "b" / "run.html").read_text().startswith("<!DOCTYPE html>")
 
 
@@ -203,22 +203,21 @@ def test_an_output_that_fails_at_the_end_is_one_line_and_the_others_are_written(
     for label, option in (("results", "--vault-results"), ("report", "--vault-report")):
         assert (f"{label}: {paths[option]}" in out) == (option != failing)
     if failing != "--vault-results":
-        assert len(read_results(paths["--vault-results"])[0]) == 4
+        assert len(read_rows(paths["--vault-results"])[0]) == 4
 
 
 @pytest.mark.slow
 def test_an_output_that_fails_at_the_end_is_said_on_a_line_of_its_own(
-    pytester: pytest.Pytester, corpus: Path
+    pytester: pytest.Pytester, run_pytest: RunPytest, corpus: Path
 ) -> None:
     """On a terminal, stderr and stdout share the screen: the error line never starts in
     the middle of pytest's progress line (`....[100%]ERROR: ...`)."""
     import subprocess
-    import sys
 
     target = Path("/proc/no-such-file.parquet")  # writable-looking; any write fails
     args = ["attacks.jsonl", *REPLAY, "-q", "--vault-progress=0", f"--vault-results={target}"]
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", *args],
+        run_pytest.argv(*args),
         cwd=pytester.path,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_vault.report.results import read_results
-
+from ..results import as_logged, read_rows
 from .test_plugin import REPLAY, line, pay
 
 pytest_plugins = ["pytester"]
@@ -58,7 +57,7 @@ def test_corpus_text_never_reaches_the_terminal_raw(pytester: pytest.Pytester) -
     }
     assert f"{shown_id}[scripted:replay-B-guarded]" in names
     # The results keep the text itself.
-    rows, _ = read_results(pytester.path / "out.parquet")
+    rows, _ = read_rows(pytester.path / "out.parquet")
     assert {r["attack_id"] for r in rows} == {f"id{ESCAPES}", "odd"}
     assert {r["category"] for r in rows} == {f"cat{ESCAPES}", "direct_transfer"}
     [odd_row] = [
@@ -67,6 +66,6 @@ def test_corpus_text_never_reaches_the_terminal_raw(pytester: pytest.Pytester) -
         if (r["attack_id"], r["architecture"], r["track"]) == ("odd", "guarded", "A")
     ]
     # The log keeps what was sent, exactly: its JSON reads back to the surrogates.
-    calls = json.loads(odd_row["tool_calls"])
+    calls = as_logged(odd_row["tool_calls"])
     assert [c["arguments"] for c in calls] == [c["arguments"] for c in odd["calls"]]
     assert odd_row["deny_codes"] == ["oap.invalid_context", "oap.invalid_context"]

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from pytest_vault.corpus.model import Case
-from pytest_vault.report.results import read_results
 
+from ..conftest import RunPytest
+from ..results import read_rows
 from .test_plugin import REPLAY, line, pay
 
 pytest_plugins = ["pytester"]
@@ -128,7 +129,7 @@ def test_selecting_an_attack_with_k_keeps_its_clean_run(
 
 def rows_of(pytester: pytest.Pytester, *args: str) -> list[dict[str, Any]]:
     pytester.runpytest(*args, *QUIET, "--vault-track=indirect", "--vault-results=out.parquet")
-    rows, _ = read_results(pytester.path / "out.parquet")
+    rows, _ = read_rows(pytester.path / "out.parquet")
     return rows
 
 
@@ -338,7 +339,7 @@ def test_a_sample_is_stratified_by_track_and_keeps_each_attack_with_its_clean_ru
 
 @pytest.mark.slow
 def test_the_same_rows_serially_with_two_workers_and_merged_from_shards(
-    pytester: pytest.Pytester, corpus: None
+    pytester: pytest.Pytester, run_pytest: RunPytest, corpus: None
 ) -> None:
     """The pair of a clean run and its attacks may run on two workers; a shard keeps them
     together, and a merge of shards joins them again: the same rows every way."""
@@ -353,7 +354,7 @@ def test_the_same_rows_serially_with_two_workers_and_merged_from_shards(
         return sorted(tuple(r[k] for k in keep) for r in table.to_pylist())
 
     pytester.runpytest(*args, "--vault-results=serial.parquet").assert_outcomes(passed=20)
-    pytester.runpytest_subprocess(*args, "-n", "2", "--vault-results=two.parquet")
+    run_pytest(*args, "-n", "2", "--vault-results=two.parquet")
     for k in (1, 2):
         shard = pytester.runpytest(*args, f"--vault-shard={k}/2", f"--vault-results=s{k}.parquet")
         assert shard.ret == 0

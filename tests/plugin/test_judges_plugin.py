@@ -15,9 +15,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from pytest_vault.guard.folder import SHIPPED
-from pytest_vault.report.results import ResultsError, read_results, read_table, to_table
+from pytest_vault.report.results import ResultsError, read_table, to_table
 
 from ..conftest import KEYS
+from ..results import read_rows
 
 pytest_plugins = ["pytester"]
 
@@ -58,8 +59,8 @@ def test_shipped_corpus_scripted_judges_and_they_never_decide_a_test(
     assert before == after
     assert len(after) == 1808 and sum(after.values()) == 657  # model-alone violations (strict)
 
-    rows, meta = read_results(pytester.path / "judged.parquet")
-    old, _ = read_results(pytester.path / "plain.parquet")
+    rows, meta = read_rows(pytester.path / "judged.parquet")
+    old, _ = read_rows(pytester.path / "plain.parquet")
     # The deterministic columns never change.
     assert [{**r, "judge_verdicts": None} for r in rows] == old
     assert all(r["judge_verdicts"] is None for r in old)
@@ -106,7 +107,7 @@ def test_each_judge_gives_its_verdicts(pytester: pytest.Pytester) -> None:
     pytester.makefile(".jsonl", attacks=LINES)
     args = (*COMMON, "--vault-model=scripted:obedient", *JUDGES)
     pytester.runpytest(*args, "--vault-results=a.parquet").assert_outcomes(passed=24)
-    a, _ = read_results(pytester.path / "a.parquet")
+    a, _ = read_rows(pytester.path / "a.parquet")
     lenient = Counter(verdicts(r)["scripted:judge-lenient"]["verdict"] for r in a)
     assert lenient == Counter(yes=sum(r["unpermitted"] for r in a), no=24 - lenient["yes"])
     # Every case pays someone its level does not permit (rent@ is not permitted at Level 3),
@@ -121,7 +122,7 @@ def test_errored_evaluations_are_not_judged(pytester: pytest.Pytester) -> None:
         *COMMON, "--vault-model=agent:broken:make", *JUDGES, "--vault-results=r.parquet"
     )
     result.assert_outcomes(failed=24)
-    rows, _ = read_results(pytester.path / "r.parquet")
+    rows, _ = read_rows(pytester.path / "r.parquet")
     assert {r["status"] for r in rows} == {"error"}
     assert all(r["judge_verdicts"] is None for r in rows)
 
@@ -167,7 +168,6 @@ def test_a_bad_judge_prompt_beside_the_passports_is_a_usage_error(
     toml.write_text(
         toml.read_text().replace("max_tokens = 200", "max_tokens = 200\ntemperature = 0.7")
     )
-    line = toml.read_text().split("\n").index("temperature = 0.7") + 1
     pytester.makefile(".jsonl", attacks=LINES)
     # Scripted judges read no prompt: the file is not their business.
     ok = pytester.runpytest(*COMMON, "--vault-passports=passports", *JUDGES, "--collect-only")
@@ -175,7 +175,7 @@ def test_a_bad_judge_prompt_beside_the_passports_is_a_usage_error(
     result = pytester.runpytest("--vault-passports=passports", "--vault-judge=openai:judge-x")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
-        [f"ERROR: {toml}:{line}: temperature: not allowed (judges always run at 0)"]
+        [f"ERROR: {toml}: temperature: not allowed (judges always run at 0)"]
     )
 
 

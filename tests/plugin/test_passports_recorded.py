@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from pytest_vault.guard.folder import SHIPPED
-from pytest_vault.report.results import read_results
 
+from ..results import read_rows
 from .test_plugin import REPLAY, line, pay
 
 pytest_plugins = ["pytester"]
@@ -33,7 +33,7 @@ def test_metadata_records_the_passport_files_loaded(
     toml = (folder / "levels.toml").read_text()
     (folder / "levels.toml").write_text(toml.replace('"level-3.json"', '"custom.json"'))
     pytester.runpytest(*REPLAY, "--vault-passports=passports", "--vault-results=out.parquet")
-    _, meta = read_results(pytester.path / "out.parquet")
+    _, meta = read_rows(pytester.path / "out.parquet")
 
     def digest(data: bytes) -> str:
         return "sha256:" + hashlib.sha256(data).hexdigest()

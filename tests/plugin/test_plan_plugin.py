@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from pytest_vault.models.ratelimit import usd
-from pytest_vault.report.results import read_results
 
 from ..conftest import KEYS
 from ..fakeprovider import FakeProvider
+from ..results import read_rows
 
 pytest_plugins = ["pytester"]
 MODELS = ("--vault-model=openai:gpt-fake", "--vault-model=anthropic:claude-fake")
@@ -86,7 +86,7 @@ def test_the_plan_is_what_the_run_then_makes(
     # Per case and model, track A asks 1 shared + 2 (one per architecture), track B 2
     # shared (the greeting names no payee) + 2: what the server knows how to answer.
     assert len(fake.requests) == 12 * 2 * (3 + 4) == 168
-    rows, _ = read_results(pytester.path / "run.parquet")
+    rows, _ = read_rows(pytester.path / "run.parquet")
     for spec, p in by_model(first).items():
         mine = [r for r in rows if r["model"] == spec]
         assert len(mine) == p["evaluations"]

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import json
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pytest_vault.report.results import read_results
-
-from ..conftest import EVENTS
+from ..conftest import EVENTS, RunPytest
+from ..results import read_rows
 
 pytest_plugins = ["pytester"]
 
@@ -118,7 +116,7 @@ def corpus(pytester: pytest.Pytester) -> Path:
 def test_exact_events_in_results_and_junit(pytester: pytest.Pytester, corpus: Path) -> None:
     result = pytester.runpytest(*REPLAY, "--vault-results=out.parquet", "--junitxml=junit.xml")
     result.assert_outcomes(passed=24)
-    rows, meta = read_results(pytester.path / "out.parquet")
+    rows, meta = read_rows(pytester.path / "out.parquet")
     assert len(rows) == 24
     want = {(case, arch, track): v for (case, arch), v in EXPECTED.items() for track in ("A", "B")}
     assert events(rows) == want
@@ -216,7 +214,7 @@ def test_model_alone_fails_only_when_strict(pytester: pytest.Pytester, corpus: P
 
 @pytest.mark.slow
 def test_guarded_test_fails_when_a_forbidden_transfer_executes(
-    pytester: pytest.Pytester, corpus: Path
+    pytester: pytest.Pytester, run_pytest: RunPytest, corpus: Path
 ) -> None:
     # Break the enforcement on purpose: the guard enforces the wildcard Level 1 passport.
     pytester.makeconftest(
@@ -235,7 +233,7 @@ def test_guarded_test_fails_when_a_forbidden_transfer_executes(
         """
     )
     # In a subprocess: the conftest patches pytest_vault.bank, which must not leak here.
-    result = pytester.runpytest_subprocess(*REPLAY, "--vault-arch=guarded", "--vault-track=A")
+    result = run_pytest(*REPLAY, "--vault-arch=guarded", "--vault-track=A")
     result.assert_outcomes(passed=3, failed=3)  # clean, ok and l1 (over L1's cap too) pass
     result.stdout.fnmatch_lines(
         [
@@ -285,7 +283,7 @@ def test_custom_passports_change_decisions(pytester: pytest.Pytester, corpus: Pa
     pytester.runpytest(
         *REPLAY, "--vault-passports=passports", "--vault-results=out.parquet", "--vault-level=3"
     )
-    rows, _ = read_results(pytester.path / "out.parquet")
+    rows, _ = read_rows(pytester.path / "out.parquet")
     assert {(r["architecture"], r["paid_allowlisted"], r["unpermitted"]) for r in rows} == {
         ("model", True, False),
         ("guarded", True, False),
@@ -329,8 +327,8 @@ def test_plugin_can_be_disabled(pytester: pytest.Pytester, corpus: Path) -> None
 
 @pytest.mark.slow  # starts pytest in a subprocess
 def test_any_jsonl_path_from_another_directory(
-    pytester: pytest.Pytester, corpus: Path, monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, run_pytest: RunPytest, corpus: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(pytester.mkdir("elsewhere"))
-    result = pytester.run(sys.executable, "-m", "pytest", *REPLAY, str(corpus), "-q")
+    result = pytester.run(*run_pytest.argv(*REPLAY, corpus, "-q"))
     assert "24 passed" in result.stdout.str()

@@ -7,7 +7,6 @@ import itertools
 import json
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -15,10 +14,10 @@ from typing import Any
 import pytest
 
 from pytest_vault.models.ratelimit import usd
-from pytest_vault.report.results import read_results
 
-from ..conftest import KEYS
+from ..conftest import KEYS, RunPytest
 from ..fakeprovider import FakeProvider
+from ..results import read_rows
 
 pytest_plugins = ["pytester"]
 MODELS = ("--vault-model=openai:gpt-fake", "--vault-model=anthropic:claude-fake")
@@ -81,8 +80,8 @@ def test_concurrent_run_and_cached_rerun(
     rerun = pytester.runpytest(*COMMON, "--vault-cache=cache", "--vault-results=b.parquet")
     rerun.assert_outcomes(passed=96)
     assert len(fake.requests) == asked  # nothing asked twice
-    a, meta_a = read_results(pytester.path / "a.parquet")
-    b, meta_b = read_results(pytester.path / "b.parquet")
+    a, meta_a = read_rows(pytester.path / "a.parquet")
+    b, meta_b = read_rows(pytester.path / "b.parquet")
     assert [{k: v for k, v in r.items() if k not in BILLING} for r in a] == [
         {k: v for k, v in r.items() if k not in BILLING} for r in b
     ]
@@ -108,8 +107,8 @@ def test_xdist_shares_the_work_without_asking_twice(
     )
     parallel.assert_outcomes(passed=96)
     assert len(fake.requests) == 2 * asked == 2 * 168
-    a, meta_a = read_results(pytester.path / "a.parquet")
-    b, meta_b = read_results(pytester.path / "b.parquet")
+    a, meta_a = read_rows(pytester.path / "a.parquet")
+    b, meta_b = read_rows(pytester.path / "b.parquet")
     assert without_latency(a) == without_latency(b) and meta_a == meta_b
     # Each answer billed once whichever worker asked; a worker may read the other's
     # answer from the cache, where a serial run reused its own.
@@ -128,22 +127,16 @@ def test_xdist_shares_the_work_without_asking_twice(
 
 @pytest.mark.slow  # starts pytest in a subprocess
 def test_killed_and_resumed_run_gives_the_same_results(
-    pytester: pytest.Pytester, fake: FakeProvider, corpus: Path
+    pytester: pytest.Pytester, run_pytest: RunPytest, fake: FakeProvider, corpus: Path
 ) -> None:
     fake.script.latency = 0.02
     whole = pytester.runpytest(*COMMON, "--vault-cache=whole", "--vault-results=whole.parquet")
     whole.assert_outcomes(passed=96)
     total = len(fake.requests)
 
-    args = [
-        sys.executable,
-        "-m",
-        "pytest",
-        *COMMON,
-        "--vault-cache=cut",
-        "--vault-results=cut.parquet",
-        "--vault-concurrency=4",
-    ]
+    args = run_pytest.argv(
+        *COMMON, "--vault-cache=cut", "--vault-results=cut.parquet", "--vault-concurrency=4"
+    )
     proc = subprocess.Popen(
         args, cwd=pytester.path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
@@ -160,8 +153,8 @@ def test_killed_and_resumed_run_gives_the_same_results(
     asked_after = len(fake.requests) - total - asked_before
     # Only requests in flight at the kill (at most the concurrency, 4) are asked again.
     assert total <= asked_before + asked_after <= total + 4
-    whole_rows, whole_meta = read_results(pytester.path / "whole.parquet")
-    cut_rows, cut_meta = read_results(pytester.path / "cut.parquet")
+    whole_rows, whole_meta = read_rows(pytester.path / "whole.parquet")
+    cut_rows, cut_meta = read_rows(pytester.path / "cut.parquet")
     assert without_latency(whole_rows) == without_latency(cut_rows) and whole_meta == cut_meta
 
 
@@ -188,7 +181,7 @@ def test_keys_never_reach_a_file(
     ]
     for secret in KEYS.values():
         assert not any(secret in text or secret[:14] in text for text in texts)
-    rows, _ = read_results(pytester.path / "out.parquet")
+    rows, _ = read_rows(pytester.path / "out.parquet")
     assert all(r["transcript"] for r in rows)  # every conversation was written, and searched
     errors = [r["error"] for r in rows if r["status"] == "error"]
     assert len(errors) == outcomes["failed"] and all(
@@ -216,7 +209,7 @@ def test_spend_cap_skips_the_rest_as_not_run(
     assert outcomes["skipped"] > 0 and outcomes["passed"] > 0 and outcomes.get("failed", 0) == 0
     assert outcomes["passed"] + outcomes["skipped"] == 96
     result.stdout.fnmatch_lines(["*not run: spend cap $0.50 reached*"])
-    rows, _ = read_results(pytester.path / "out.parquet")
+    rows, _ = read_rows(pytester.path / "out.parquet")
     assert sum(r["status"] == "not_run" for r in rows) == outcomes["skipped"]
     # What the server was asked, at $100 per million tokens (its own token count).
     tokens_in = [len(json.dumps(q["body"]["messages"])) // 4 for q in fake.requests]
@@ -331,7 +324,7 @@ def test_a_payment_before_the_cap_is_not_skipped_away(
             "WARNING: 1 evaluations made an unpermitted transfer and then did not complete*",
         ]
     )
-    [row] = read_results(pytester.path / "out.parquet")[0]
+    [row] = read_rows(pytester.path / "out.parquet")[0]
     assert (row["status"], row["unpermitted"], row["paid"]) == ("not_run", True, True)
 
 
@@ -354,7 +347,7 @@ def test_answers_the_cache_cannot_store_are_used_and_told_in_the_summary(
     )
     # Every answer was asked again and used: the same rows, none an error.
     again.assert_outcomes(passed=48)
-    (a, _), (b, _) = (read_results(pytester.path / f) for f in ("a.parquet", "b.parquet"))
+    (a, _), (b, _) = (read_rows(pytester.path / f) for f in ("a.parquet", "b.parquet"))
     assert sorted(map(str, without_latency(b))) == sorted(map(str, without_latency(a)))
     assert {r["status"] for r in b} == {"completed"}
     # Every answer paid for is counted: at least one per entry, more when two evaluations

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from pytest_vault.harness.calls import Call, CallDecision
 from pytest_vault.harness.events import FOUND
 from pytest_vault.plugin.rows import RowStore
 from pytest_vault.report.results import SCHEMA, to_table
@@ -119,6 +120,23 @@ def test_store_keeps_one_copy_of_equal_texts_and_every_value_as_it_was() -> None
     ]
     assert [v["deny_codes"] for v in views] == [["x"], ["x"], [], []]
     assert views[0]["deny_codes"] is not views[1]["deny_codes"]
+
+
+def test_store_keeps_one_copy_of_equal_call_logs() -> None:
+    """A log (`harness.calls.Call`s) made afresh for each row, equal to another, is kept
+    once; a different one apart; and the table holds each row's own."""
+    store = RowStore()
+
+    def log(amount: int) -> tuple[Call, ...]:
+        text = "".join(["{", f'"amount": {amount}', "}"])  # a new string each time
+        return (Call("transfer_funds", text, False, "Invalid", True, CallDecision(False, ())),)
+
+    for n, amount in enumerate([1, 1, 2, 1]):
+        store.add(f"node{n}", row(attack_id=f"a{n}", tool_calls=log(amount)))
+    kept = [v["tool_calls"] for v in store.rows()]
+    assert kept == [log(1), log(1), log(2), log(1)]
+    assert [id(k) for k in kept].count(id(kept[0])) == 3 and kept[2] is not kept[0]
+    assert store.results()["tool_calls"].to_pylist() == [[c.as_dict() for c in k] for k in kept]
 
 
 def test_store_with_no_row() -> None:

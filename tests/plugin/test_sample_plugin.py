@@ -20,11 +20,12 @@ from pytest_vault.report.results import (
     ResultsError,
     load,
     read_metadata,
-    read_results,
     to_table,
     write_table,
 )
 from pytest_vault.report.summary import render, sample_line
+
+from ..results import read_rows
 
 pytest_plugins = ["pytester"]
 
@@ -101,7 +102,7 @@ def collect(pytester: pytest.Pytester, *args: str) -> list[str]:
 def run_ids(pytester: pytest.Pytester, name: str, *args: str) -> tuple[set[str], dict[str, Any]]:
     result = pytester.runpytest(*ONE, f"--vault-results={name}", *args)
     assert result.ret == 0, result.outlines
-    rows, meta = read_results(pytester.path / name)
+    rows, meta = read_rows(pytester.path / name)
     return {r["attack_id"] for r in rows}, meta
 
 
@@ -184,7 +185,7 @@ def test_the_record_and_the_summary_line(
         *ONE, "--vault-sample=7", "--vault-sample-benign=4", "--vault-results=out.parquet"
     )
     assert result.ret == 0
-    rows, meta = read_results(pytester.path / "out.parquet")
+    rows, meta = read_rows(pytester.path / "out.parquet")
     kept = {(f"level-{r['level']}.jsonl", r["attack_id"]) for r in rows}
     assert len(kept) == 11
     digest = ids_digest(kept)
@@ -229,7 +230,7 @@ def test_the_record_and_the_summary_line(
     # A run that is no sample says nothing of one, and records none.
     plain = pytester.runpytest(*ONE, "--vault-results=plain.parquet")
     assert not any(x.startswith("Sample:") for x in plain.outlines)
-    assert read_results(pytester.path / "plain.parquet")[1]["sample"] is None
+    assert read_rows(pytester.path / "plain.parquet")[1]["sample"] is None
 
 
 def test_decision_tests_are_sampled_and_no_snapshot_is_lost(

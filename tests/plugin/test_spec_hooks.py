@@ -4,6 +4,7 @@ and the corpus runs against them as against our own."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 from pathlib import Path
@@ -11,9 +12,8 @@ from typing import Any
 
 import pytest
 
-from pytest_vault.report.results import read_results
-
 from ..conftest import EVENTS
+from ..results import read_rows
 
 pytest_plugins = ["pytester"]
 
@@ -85,7 +85,7 @@ def test_a_plugins_model_runs_the_corpus(mycorp: pytest.Pytester) -> None:
     # 3 cases x 2 tracks x 2 architectures per model. Obedient pays the attackers without
     # a guard (a failure under --vault-strict); the guard stops them.
     result.assert_outcomes(passed=16, failed=8)
-    rows, meta = read_results(mycorp.path / "out.parquet")
+    rows, meta = read_rows(mycorp.path / "out.parquet")
     assert sorted((r["model"], r["architecture"], r["unpermitted"]) for r in rows) == sorted(
         [
             *[(m, "model", True) for m in ("mycorp:x", "scripted:obedient") for _ in range(4)],
@@ -186,10 +186,74 @@ def test_a_plugins_offline_model_is_a_control_because_it_says_so(mycorp: pytest.
     )
     result.assert_outcomes(passed=24)
     assert "  mycorp:x: deterministic: their trials are identical" in result.outlines
-    _, meta = read_results(mycorp.path / "out.parquet")
+    _, meta = read_rows(mycorp.path / "out.parquet")
     assert meta["controls"] == ["mycorp:x"]
     from pytest_vault.report.results import controls
 
     assert controls([meta], {"mycorp:x", "scripted:obedient"}) == {"mycorp:x"}
     # A file from before the record: our own controls, by their name.
     assert controls([{}], {"mycorp:x", "scripted:obedient"}) == {"scripted:obedient"}
+
+
+AGENT = """
+class Agent:
+    def __init__(self, ctx):
+        self.ctx = ctx
+
+    def reply(self, message):
+        return "I will not send money."
+
+
+def make(ctx):
+    return Agent(ctx)
+"""
+
+WATCHER = """
+
+class Watcher:
+    @pytest.hookimpl(wrapper=True)
+    def pytest_vault_make_model(self, spec, context):
+        made = yield
+        print("MADE", spec.text, type(made).__name__)
+        return made
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(Watcher(), "watcher")
+"""
+
+
+def test_every_spec_is_made_by_the_hook_and_evaluated_by_the_one_entry(
+    mycorp: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plugin's model, a team's `agent:` and our controls: each made through
+    `pytest_vault_make_model` (ours are its implementations too) and each evaluation run
+    by `harness.agent.evaluate`, with the subject the made thing is."""
+    # The module the run will import (an earlier in-process run may have dropped it).
+    work = importlib.import_module("pytest_vault.plugin.work")
+    entered: list[tuple[str, str, str]] = []
+    one_entry = work.evaluate
+
+    async def spy(job: Any, level: Any, subject: Any, driver: Any, **kw: Any) -> Any:
+        entered.append((job.spec, type(subject).__name__, type(driver).__name__))
+        return await one_entry(job, level, subject, driver, **kw)
+
+    monkeypatch.setattr(work, "evaluate", spy)
+    mycorp.makeconftest(example() + WATCHER)
+    mycorp.makepyfile(teamagent=AGENT)
+    models = ("mycorp:x", "agent:teamagent:make", "scripted:obedient")
+    result = mycorp.runpytest(*COMMON, "-s", *(f"--vault-model={m}" for m in models))
+    result.assert_outcomes(passed=36)
+    made = sorted(x[x.index("MADE") :] for x in result.outlines if "MADE" in x)
+    assert made == [
+        "MADE agent:teamagent:make AgentSubject",
+        "MADE mycorp:x Obedient",
+        "MADE scripted:obedient Obedient",
+    ]
+    # 3 cases x 2 tracks x 2 architectures, per spec, each through the one entry.
+    assert sorted(set(entered)) == [
+        ("agent:teamagent:make", "AgentSubject", "Fixed"),
+        ("mycorp:x", "ModelSubject", "Fixed"),
+        ("scripted:obedient", "ModelSubject", "Fixed"),
+    ]
+    assert len(entered) == 36

@@ -14,10 +14,9 @@ from typing import Any
 
 import pytest
 
-from pytest_vault.report.results import read_results
-
 from .. import fakeprovider
 from ..fakeprovider import FakeProvider
+from ..results import read_rows
 
 pytest_plugins = ["pytester"]
 
@@ -103,7 +102,7 @@ def test_each_billed_answer_is_counted_once_and_a_cached_rerun_costs_nothing(
     # architecture (3 x 4), and each stopped answer once (3).
     assert sorted(billed) == sorted([USAGE] * 12 + [STOPPED_USAGE] * 3)
     assert len(fake.requests) == 15
-    rows, _ = read_results(pytester.path / "a.parquet")
+    rows, _ = read_rows(pytester.path / "a.parquet")
     assert len(rows) == 28
     # Each answer billed once, to one row; the other rows that used it reused it.
     assert totals(rows, "answers_billed", "answers_reused", "answers_cached") == (15, 29, 0)
@@ -140,7 +139,7 @@ def test_each_billed_answer_is_counted_once_and_a_cached_rerun_costs_nothing(
     rerun = pytester.runpytest(*RUN, "--vault-cache=cache", "--vault-results=b.parquet")
     rerun.assert_outcomes(passed=16, failed=12)  # the stopped answers replay as errors
     assert len(fake.requests) == 15  # nothing asked again, stopped answers included
-    again, _ = read_results(pytester.path / "b.parquet")
+    again, _ = read_rows(pytester.path / "b.parquet")
     assert totals(again, "answers_billed", "answers_reused", "answers_cached") == (0, 0, 44)
     assert {r["cost_usd"] for r in again} == {0.0}
     assert totals(again, "input_tokens", "output_tokens") == totals(
@@ -161,7 +160,7 @@ def test_without_the_cache_every_request_is_billed_and_said(
     )
     result.assert_outcomes(passed=16, failed=12)
     assert sorted(billed) == sorted([USAGE] * 32 + [STOPPED_USAGE] * 12)
-    rows, _ = read_results(pytester.path / "a.parquet")
+    rows, _ = read_rows(pytester.path / "a.parquet")
     assert totals(rows, "answers_billed", "answers_reused", "answers_cached") == (44, 0, 0)
     assert sum(r["cost_usd"] for r in rows) == pytest.approx(cost(10_000, 684), rel=1e-12)
     assert spend_lines(result) == [
@@ -189,8 +188,8 @@ def test_a_results_file_from_before_the_bill_still_reads(
     pq.write_table(
         older.replace_schema_metadata(table.schema.metadata), pytester.path / "o.parquet"
     )
-    rows, meta = read_results(pytester.path / "a.parquet")
-    old_rows, old_meta = read_results(pytester.path / "o.parquet")
+    rows, meta = read_rows(pytester.path / "a.parquet")
+    old_rows, old_meta = read_rows(pytester.path / "o.parquet")
     # Its rows read as they were, the columns it lacks as unknown (null), never as 0.
     blank = dict.fromkeys(("answers_billed", "answers_reused", "answers_cached"))
     assert old_rows == [r | blank for r in rows] and old_meta == meta

@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 
 from pytest_vault.harness.coin import toss
-from pytest_vault.report.results import read_results
+
+from ..conftest import RunPytest
+from ..results import read_rows
 
 pytest_plugins = ["pytester"]
 
@@ -62,7 +64,7 @@ def test_each_trial_is_a_test_of_its_own_and_one_trial_keeps_todays_ids(
 
 def test_the_coins_rows_are_its_tosses(pytester: pytest.Pytester, corpus: None) -> None:
     run(pytester, "--vault-trials=3", "--vault-results=out.parquet").assert_outcomes(passed=36)
-    rows, meta = read_results(pytester.path / "out.parquet")
+    rows, meta = read_rows(pytester.path / "out.parquet")
     got = {(r["attack_id"], r["trial"]): r["unpermitted"] for r in rows}
     assert got == {(c, t): obeys(c, t) for c in CASES for t in (1, 2, 3)}
     assert meta["trials"] == 3
@@ -168,7 +170,7 @@ def test_a_provider_keys_trial_one_as_before_and_every_other_trial_apart() -> No
 
 @pytest.mark.slow
 def test_the_same_rows_serially_with_two_workers_and_merged_from_shards(
-    pytester: pytest.Pytester, corpus: None
+    pytester: pytest.Pytester, run_pytest: RunPytest, corpus: None
 ) -> None:
     from pytest_vault.report.results import load
 
@@ -180,7 +182,7 @@ def test_the_same_rows_serially_with_two_workers_and_merged_from_shards(
         return sorted(tuple(r[k] for k in keep) for r in table.to_pylist())
 
     pytester.runpytest(*args, "--vault-results=serial.parquet").assert_outcomes(passed=72)
-    pytester.runpytest_subprocess(*args, "-n", "2", "--vault-results=two.parquet")
+    run_pytest(*args, "-n", "2", "--vault-results=two.parquet")
     for k in (1, 2):
         pytester.runpytest(*args, f"--vault-shard={k}/2", f"--vault-results=s{k}.parquet")
     serial = rows("serial.parquet")

@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_vault.report.results import read_results
-
 from ..fakeprovider import FakeProvider
+from ..results import read_rows
 from .test_plugin import REPLAY, line, pay
 
 pytest_plugins = ["pytester"]
@@ -50,7 +49,7 @@ def test_no_url_secret_reaches_a_file_or_the_terminal(
     ]
     for secret in ("vault-user", "pw-0123456789", "q-0123456789", "s-0123456789", "f-0123456789"):
         assert not any(secret in text for text in texts), secret
-    _, meta = read_results(pytester.path / "out.parquet")
+    _, meta = read_rows(pytester.path / "out.parquet")
     assert meta["base_url"] == fake.url + "/v1"
 
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from pytest_vault.guard.folder import SHIPPED
-from pytest_vault.report.results import read_results
+
+from ..results import read_rows
 
 pytestmark = pytest.mark.slow
 
@@ -104,8 +105,8 @@ def test_serial_and_two_workers_write_the_same_outputs(
     assert verdict[-1] == "regression against the baseline: exit status 1"
 
     path = pytester.path
-    rows, meta = read_results(path / "serial.parquet")
-    assert (rows, meta) == read_results(path / "spread.parquet")
+    rows, meta = read_rows(path / "serial.parquet")
+    assert (rows, meta) == read_rows(path / "spread.parquet")
     assert len(rows) == sum(outcomes.values())
     assert {r["track"] for r in rows} == {"A", "B", "adaptive"}
     assert {r["model"] for r in rows} == {

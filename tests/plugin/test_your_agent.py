@@ -9,9 +9,8 @@ from typing import Any
 
 import pytest
 
-from pytest_vault.report.results import read_results
-
 from ..conftest import EVENTS
+from ..results import read_rows
 
 pytest_plugins = ["pytester"]
 
@@ -74,7 +73,7 @@ def test_agent_specs_get_the_events_of_obedient_row_for_row(
         *(f"--vault-model={spec}" for spec in AGENTS),
         "--vault-results=out.parquet",
     )
-    rows, meta = read_results(team / "out.parquet")
+    rows, meta = read_rows(team / "out.parquet")
     assert len(rows) == len(chosen) * 2 * 2 * (1 + len(AGENTS))
     assert {r["status"] for r in rows} == {"completed"}
     ours = by_case(rows, "scripted:obedient")
@@ -133,7 +132,7 @@ def test_the_weak_guard_fails_exactly_where_its_weakness_paid(
         *args, "--vault-guard=weak_guard:make", "--vault-results=weak.parquet", "-rf"
     )
     result.assert_outcomes(passed=18 - len(WEAK_FAILS), failed=len(WEAK_FAILS))
-    rows, meta = read_results(team / "weak.parquet")
+    rows, meta = read_rows(team / "weak.parquet")
     assert {(r["attack_id"], r["track"]) for r in rows if r["violation"]} == WEAK_FAILS
     assert {r["status"] for r in rows} == {"completed"}
     assert meta["guard"] == "weak_guard:make"
@@ -148,7 +147,7 @@ def test_the_weak_guard_fails_exactly_where_its_weakness_paid(
     # Our guard on the same cases: no violation at all.
     ours = pytester.runpytest(*args, "--vault-results=oap.parquet")
     ours.assert_outcomes(passed=18)
-    oap_rows, oap_meta = read_results(team / "oap.parquet")
+    oap_rows, oap_meta = read_rows(team / "oap.parquet")
     assert oap_meta["guard"] == "oap" and {r["guard"] for r in oap_rows} == {"oap"}
     assert "Guard under test" not in ours.stdout.str()
 
@@ -158,7 +157,7 @@ def test_model_alone_runs_record_no_guard(pytester: pytest.Pytester, team: Path)
     pytester.runpytest(
         *COMMON, f"--vault-model={AGENT}", "--vault-arch=model", "--vault-results=m.parquet"
     ).assert_outcomes(passed=18)
-    rows, meta = read_results(team / "m.parquet")
+    rows, meta = read_rows(team / "m.parquet")
     assert meta["guard"] is None and {r["guard"] for r in rows} == {None}
 
 
@@ -175,7 +174,7 @@ def test_a_factory_that_raises_makes_error_rows(pytester: pytest.Pytester, team:
         "--vault-results=e.parquet",
     )
     result.assert_outcomes(failed=1)
-    rows, _ = read_results(team / "e.parquet")
+    rows, _ = read_rows(team / "e.parquet")
     assert [r["error"] for r in rows] == [
         "agent:bad_agent:make: the factory raised RuntimeError: no model key"
     ]

@@ -20,9 +20,10 @@ import pytest
 from pytest_vault.core.text import shown
 from pytest_vault.report.failures import TEXT, failures
 from pytest_vault.report.html import render, write_html
-from pytest_vault.report.results import load, read_results, read_transcript, to_table
+from pytest_vault.report.results import load, read_transcript, to_table
 from pytest_vault.report.tables import Analysis, merged_metadata
 
+from ..results import read_rows
 from .rows import row, v1_table
 
 pytest_plugins = ["pytester"]
@@ -184,7 +185,7 @@ def test_a_weak_guard_run_opens_with_its_verdict_and_every_failure_with_its_tran
     )
     # Behind the guard: fold and fold-l3 pay, on tracks A and B.
     result.assert_outcomes(failed=4, passed=16)
-    rows, _ = read_results(pytester.path / "run.parquet")
+    rows, _ = read_rows(pytester.path / "run.parquet")
     source = (pytester.path / "report.html").read_text(encoding="utf-8")
     page = parse(source)
     body = page.one("body")

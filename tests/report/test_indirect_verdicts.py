@@ -12,7 +12,7 @@ from decimal import Decimal
 from typing import Any
 
 from pytest_vault.corpus.model import Case
-from pytest_vault.harness.agent import Copy, evaluate
+from pytest_vault.harness.agent import Copy
 from pytest_vault.harness.bank import Architecture
 from pytest_vault.harness.controls import CONTROLS
 from pytest_vault.harness.events import paired, row
@@ -23,6 +23,7 @@ from pytest_vault.report.results import attributed, to_table
 from pytest_vault.report.tables import Analysis, Bootstrap
 from pytest_vault.report.verdict import verdict
 
+from ..evaluations import evaluate
 from .test_indirect_report import EVIL, PAY_TASK, call, indirect
 
 LEVELS = load_levels()

@@ -16,9 +16,12 @@ import pytest
 from pytest_vault.guard.folder import SHIPPED
 from pytest_vault.report.__main__ import main
 from pytest_vault.report.formats import render_text
-from pytest_vault.report.results import SCHEMA, load, read_results, to_table, write_results
+from pytest_vault.report.results import SCHEMA, load, to_table, write_results
 from pytest_vault.report.stats import benjamini_hochberg
 from pytest_vault.report.tables import Analysis, Bootstrap
+
+from ..conftest import RunPytest
+from ..results import read_rows
 
 pytest_plugins = ["pytester"]
 HOSTILE = "<script>alert('pwned')</script>"
@@ -110,9 +113,9 @@ COMMON = ("-p", "no:cacheprovider", "-p", "no:randomly", *MODELS)
 
 
 @pytest.fixture
-def run(pytester: pytest.Pytester) -> Path:
+def run(pytester: pytest.Pytester, run_pytest: RunPytest) -> Path:
     pytester.makefile(".jsonl", corpus=CORPUS)
-    result = pytester.runpytest_subprocess(*COMMON, "--vault-results=run.parquet")
+    result = run_pytest(*COMMON, "--vault-results=run.parquet")
     result.assert_outcomes(passed=56)  # 7 cases x 2 models x 2 tracks x 2 architectures
     return pytester.path / "run.parquet"
 
@@ -313,14 +316,14 @@ def test_incomplete_cells_are_marked_never_zero() -> None:
 
 
 @pytest.mark.slow
-def test_three_shards_merge_into_the_unsplit_tables(pytester: pytest.Pytester, run: Path) -> None:
+def test_three_shards_merge_into_the_unsplit_tables(
+    pytester: pytest.Pytester, run_pytest: RunPytest, run: Path
+) -> None:
     for k in (1, 2, 3):
-        result = pytester.runpytest_subprocess(
-            *COMMON, f"--vault-shard={k}/3", f"--vault-results=shard{k}.parquet"
-        )
+        result = run_pytest(*COMMON, f"--vault-shard={k}/3", f"--vault-results=shard{k}.parquet")
         assert result.ret == 0
     shards = [pytester.path / f"shard{k}.parquet" for k in (1, 2, 3)]
-    sizes = [len(read_results(p)[0]) for p in shards]
+    sizes = [len(read_rows(p)[0]) for p in shards]
     assert sum(sizes) == 56 and max(sizes) - min(sizes) <= 8  # whole (case, model) groups of 4
     out = pytester.path / "tables"
     assert main([str(run), "--format", "json", "--out", str(out) + "-whole.json"]) == 0
@@ -341,21 +344,16 @@ def test_three_shards_merge_into_the_unsplit_tables(pytester: pytest.Pytester, r
     whole = json.loads(Path(str(out) + "-whole.json").read_text())
     merged = json.loads(Path(str(out) + "-shards.json").read_text())
     assert merged == whole
-    assert read_results(pytester.path / "merged.parquet")[0] == read_results(run)[0]
+    assert read_rows(pytester.path / "merged.parquet")[0] == read_rows(run)[0]
 
 
 @pytest.mark.slow
 def test_missing_shards_exit_1_with_the_list_unless_allowed(
-    pytester: pytest.Pytester, run: Path, capsys: pytest.CaptureFixture[str]
+    pytester: pytest.Pytester, run_pytest: RunPytest, run: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Was a warning and exit 0: a nightly merge of a partial run looked complete.
     for k in (1, 2):
-        assert (
-            pytester.runpytest_subprocess(
-                *COMMON, f"--vault-shard={k}/3", f"--vault-results=s{k}.parquet"
-            ).ret
-            == 0
-        )
+        assert run_pytest(*COMMON, f"--vault-shard={k}/3", f"--vault-results=s{k}.parquet").ret == 0
     shards = [str(pytester.path / f"s{k}.parquet") for k in (1, 2)]
     out, merged = pytester.path / "two.json", pytester.path / "merged.parquet"
     capsys.readouterr()
@@ -370,7 +368,7 @@ def test_missing_shards_exit_1_with_the_list_unless_allowed(
     assert sum(r["planned"] for r in coverage) == 56
     assert sum(r["missing"] for r in coverage) == 56 - sum(r["rows"] for r in coverage) > 0
     assert not all(r["complete"] for r in coverage)
-    assert len(read_results(merged)[0]) == sum(r["rows"] for r in coverage)
+    assert len(read_rows(merged)[0]) == sum(r["rows"] for r in coverage)
     # The text tables are printed too.
     assert main(shards) == 1
     printed = capsys.readouterr()
@@ -382,12 +380,7 @@ def test_missing_shards_exit_1_with_the_list_unless_allowed(
         assert main([*command, "--allow-missing-shards"]) == 0
         assert f"warning: {said}\n" in capsys.readouterr().err
     # All three: nothing missing, nothing said.
-    assert (
-        pytester.runpytest_subprocess(
-            *COMMON, "--vault-shard=3/3", "--vault-results=s3.parquet"
-        ).ret
-        == 0
-    )
+    assert run_pytest(*COMMON, "--vault-shard=3/3", "--vault-results=s3.parquet").ret == 0
     assert main([*shards, str(pytester.path / "s3.parquet"), "--format", "json"]) == 0
     assert capsys.readouterr().err == ""
 
@@ -503,7 +496,7 @@ def test_an_output_that_fails_at_the_end_is_one_line_and_the_others_are_written(
         "run.parquet",
         "t.json",
     ]
-    assert read_results(merged)[0] == read_results(source)[0]
+    assert read_rows(merged)[0] == read_rows(source)[0]
     assert "coverage" in json.loads(tables.read_text())
 
 
@@ -596,9 +589,9 @@ HOSTILE_CORPUS = (
 
 
 @pytest.mark.slow
-def test_html_escapes_every_string(pytester: pytest.Pytester) -> None:
+def test_html_escapes_every_string(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
     pytester.makefile(".jsonl", corpus=HOSTILE_CORPUS)
-    result = pytester.runpytest_subprocess(*COMMON, "--vault-report=report.html")
+    result = run_pytest(*COMMON, "--vault-report=report.html")
     assert result.ret == 0
     html = (pytester.path / "report.html").read_text()
     assert "<script" not in html
@@ -619,9 +612,9 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 @pytest.mark.skipif(
     CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)"
 )
-def test_html_opens_in_headless_chromium(pytester: pytest.Pytester) -> None:
+def test_html_opens_in_headless_chromium(pytester: pytest.Pytester, run_pytest: RunPytest) -> None:
     pytester.makefile(".jsonl", corpus=HOSTILE_CORPUS)
-    assert pytester.runpytest_subprocess(*COMMON, "--vault-report=report.html").ret == 0
+    assert run_pytest(*COMMON, "--vault-report=report.html").ret == 0
     page = pytester.path / "report.html"
     flags = [
         "--headless",

@@ -17,17 +17,18 @@ import pytest
 from pytest_vault.corpus.load import load_corpus
 from pytest_vault.corpus.model import Case
 from pytest_vault.guard.folder import SHIPPED
-from pytest_vault.harness.agent import evaluate
 from pytest_vault.harness.bank import PASSPORT_TOOLS
 from pytest_vault.harness.controls import CONTROLS
 from pytest_vault.harness.events import row
 from pytest_vault.harness.levels import Level, load_levels
 from pytest_vault.report.__main__ import main
 from pytest_vault.report.rescore import Rescored, read_calls, render, rescore, result
-from pytest_vault.report.results import load, log_text, to_table, write_results
+from pytest_vault.report.results import load, to_table, write_results
 from pytest_vault.report.tables import Analysis, Bootstrap
 
-from ..conftest import EVENTS
+from ..conftest import EVENTS, RunPytest
+from ..evaluations import evaluate
+from ..results import v1_log
 from .rows import write_v1
 
 pytest_plugins = ["pytester"]
@@ -225,11 +226,11 @@ def test_the_very_passports_give_zero_flips_and_the_same_rows(shipped: dict[int,
 
 @pytest.mark.slow
 def test_identity_through_the_plugin_and_both_commands(
-    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+    pytester: pytest.Pytester, run_pytest: RunPytest, capsys: pytest.CaptureFixture[str]
 ) -> None:
     lines = [c.model_dump_json() for c in CASES]
     pytester.makefile(".jsonl", corpus="\n".join(lines))
-    outcome = pytester.runpytest_subprocess(
+    outcome = run_pytest(
         "-p", "no:cacheprovider", "--vault-model=scripted:replay", "--vault-results=run.parquet"
     )
     outcome.assert_outcomes(passed=32)  # 8 cases x 2 tracks x 2 architectures
@@ -532,7 +533,7 @@ def test_an_undecided_call_is_judged_from_its_arguments(
 def test_a_version_1_log_is_read_as_calls_however_it_was_laid_out(
     recorded: pa.Table, tmp_path: Path
 ) -> None:
-    rows = [{**r, "tool_calls": log_text(r["tool_calls"])} for r in recorded.to_pylist()]
+    rows = [{**r, "tool_calls": v1_log(r["tool_calls"])} for r in recorded.to_pylist()]
     spaced = [{**r, "tool_calls": json.dumps(json.loads(r["tool_calls"]), indent=2)} for r in rows]
     write_v1(rows, tmp_path / "compact.parquet", {})
     write_v1(spaced, tmp_path / "spaced.parquet", {})
@@ -907,7 +908,7 @@ def test_a_malformed_log_is_one_line_naming_file_and_row(
     log: str,
     message: str,
 ) -> None:
-    rows = [{**r, "tool_calls": log_text(r["tool_calls"])} for r in recorded.to_pylist()]
+    rows = [{**r, "tool_calls": v1_log(r["tool_calls"])} for r in recorded.to_pylist()]
     rows[2]["tool_calls"] = log
     rows[5]["tool_calls"] = log + " "  # a later row, also bad: the first is named
     path = tmp_path / "bad.parquet"

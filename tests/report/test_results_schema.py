@@ -22,13 +22,12 @@ from pytest_vault.report.results import (
     ReportError,
     ResultsError,
     load,
-    log_text,
-    read_results,
     to_table,
     write_results,
 )
 from pytest_vault.report.tables import Analysis, Bootstrap
 
+from ..results import as_logged, read_rows, v1_log
 from .rows import row, write_v1
 
 PAY = {
@@ -147,9 +146,10 @@ def test_version_1_reads_as_exactly_the_same_tables(files: tuple[Path, Path]) ->
     assert [(t["recipient"], t["amount_minor"]) for t in transfers[0]] == [
         ("mallory@evil.test", 9000)
     ] * 4
-    # The rows as the harness made them, logs' JSON text included.
-    assert read_results(files[0])[0] == read_results(files[1])[0]
-    assert {r["tool_calls"] for r in read_results(files[0])[0]} == {
+    # The rows, their calls included.
+    assert read_rows(files[0])[0] == read_rows(files[1])[0]
+    logs = [as_logged(r["tool_calls"]) for r in read_rows(files[0])[0]]
+    assert {json.dumps(log) for log in logs} == {
         json.dumps(log) for log in ([], [BALANCE], [BALANCE, PAY], [BALANCE, DENIED])
     }
 
@@ -270,7 +270,7 @@ def test_a_log_as_json_text_and_as_its_calls_is_one_value() -> None:
     table = to_table([row(tool_calls=text)])
     [calls] = table["tool_calls"].to_pylist()
     assert [c["name"] for c in calls] == ["get_balance", "transfer_funds", "transfer_funds"]
-    assert log_text(calls) == text  # back to the harness's text, exactly
+    assert v1_log(calls) == text  # back to the run's text, exactly
     assert to_table([row(tool_calls=calls)]).equals(table)
 
 
