@@ -2,6 +2,12 @@
 (also `vault-guard --passport FILE`), one JSON decision per stdin line, in order; a line
 that cannot be read is denied, never fatal. The policy authors' `vault-guard diff` and
 `vault-guard lint` are `pytest_vault.policy`'s, a floor above.
+
+A context line is judged under the pack its `"policy_id"` names, else `--policy`'s
+(default `finance.payment.charge.v1`); the other packs (`guard.packs`) need facts of the
+caller's system of record, which the command line has not: it decides them only with
+`--context-facts`, taking those facts from the contexts, as the packs' reference tests
+are written.
 """
 
 from __future__ import annotations
@@ -27,11 +33,12 @@ from pytest_vault.guard.engine import (
     deny,
     parse_json_object,
 )
+from pytest_vault.guard.packs import CAPABILITY, Packs, policy_of
 from pytest_vault.guard.passport import Passport, PassportError, load_passport, passport_from_data
 
 # A line's fields: "name" labels a line (the pack's conformance lines have one).
 _TOOL_LINE = frozenset({"name", "tool", "arguments"})
-_CONTEXT_LINE = frozenset({"name", "context", "overridePassport"})
+_CONTEXT_LINE = frozenset({"name", "context", "overridePassport", "policy_id"})
 
 
 def _unknown(fields: set[str], kind: str) -> Decision:
@@ -46,12 +53,14 @@ class _Session:
     """One run of the command line: the guard, the override passports read so far, and
     the JSON of the reasons said so far (an attack run repeats a few refusals)."""
 
-    __slots__ = ("guard", "overrides", "said")
+    __slots__ = ("guard", "overrides", "packs", "policy", "said")
 
-    def __init__(self, guard: Guard) -> None:
+    def __init__(self, guard: Guard, policy: str = POLICY_ID, context_facts: bool = False) -> None:
         self.guard = guard
         self.overrides: dict[str, Passport] = {}
         self.said: dict[tuple[Reason, ...], str] = {}
+        self.policy = policy  # the pack of a context line that names none
+        self.packs = Packs(guard, context_facts=context_facts)
 
     def answer(self, line: bytes) -> str:
         """One decision for one input line, as its JSON text; malformed lines are
@@ -60,37 +69,50 @@ class _Session:
         if len(said) >= _SAID_KEPT:
             said.clear()
         try:
-            decision, call = self._decide(line)
-            return decision_json(decision, call=call, said=said)
+            decision, call, policy = self._decide(line)
+            return decision_json(decision, call=call, said=said, policy_id=policy)
         except Exception as exc:  # noqa: BLE001 - fail closed, and keep answering
             return decision_json(deny(EVALUATION_ERROR, f"evaluation failed: {type(exc).__name__}"))
 
-    def _decide(self, line: bytes) -> tuple[Decision, bool]:
-        """The decision for a line, and whether its answer carries `executes` (a tool
-        line's does)."""
+    def _decide(self, line: bytes) -> tuple[Decision, bool, str]:
+        """The decision for a line, whether its answer carries `executes` (a tool
+        line's does), and the pack that decided."""
         try:
             # The same strict reading as tool arguments: exact decimals, no NaN, no
             # duplicate keys anywhere on the line.
             request = parse_json_object(line)
         except Unreadable as exc:
-            return deny(INVALID_CONTEXT, f"line: {exc}"), False
+            return deny(INVALID_CONTEXT, f"line: {exc}"), False, POLICY_ID
         guard = self.guard
         # A field the line's kind does not have is refused, never skipped: a dropped
         # `overridePassport` (misspelt, or on a tool line) would judge the wrong passport.
         if "tool" in request:
             if not request.keys() <= _TOOL_LINE:
-                return _unknown(request.keys() - _TOOL_LINE, "a tool line"), True
-            return guard.check_call(request["tool"], request.get("arguments")), True
+                return _unknown(request.keys() - _TOOL_LINE, "a tool line"), True, POLICY_ID
+            return guard.check_call(request["tool"], request.get("arguments")), True, POLICY_ID
         if "context" not in request:
-            return deny(INVALID_CONTEXT, 'line needs "tool" and "arguments", or "context"'), False
+            said = 'line needs "tool" and "arguments", or "context"'
+            return deny(INVALID_CONTEXT, said), False, POLICY_ID
         if not request.keys() <= _CONTEXT_LINE:
-            return _unknown(request.keys() - _CONTEXT_LINE, "a context line"), False
-        if "overridePassport" not in request:
-            return guard.check_context(request["context"]), False
-        passport = _override(guard.passport, request["overridePassport"], self.overrides)
-        if isinstance(passport, Decision):
-            return passport, False
-        return guard.check_context(request["context"], passport), False
+            return _unknown(request.keys() - _CONTEXT_LINE, "a context line"), False, POLICY_ID
+        policy = self.policy
+        if "policy_id" in request:
+            named = policy_of(request["policy_id"])
+            if named is None:
+                said = (
+                    f"line: policy_id {_show(request['policy_id'])} is not a pack the guard knows"
+                )
+                return deny(INVALID_CONTEXT, said), False, POLICY_ID
+            policy = named
+        passport: Passport | None = None
+        if "overridePassport" in request:
+            override = _override(guard.passport, request["overridePassport"], self.overrides)
+            if isinstance(override, Decision):
+                return override, False, policy
+            passport = override
+        if policy != POLICY_ID:
+            return self.packs.check_context(policy, request["context"], passport), False, policy
+        return guard.check_context(request["context"], passport), False, POLICY_ID
 
 
 # `Decision.to_dict` as compact JSON (`json.dumps(..., ensure_ascii=False,
@@ -114,10 +136,14 @@ def _reasons(reasons: tuple[Reason, ...]) -> str:
 
 
 def decision_json(
-    decision: Decision, *, call: bool = False, said: dict[tuple[Reason, ...], str] | None = None
+    decision: Decision,
+    *,
+    call: bool = False,
+    said: dict[tuple[Reason, ...], str] | None = None,
+    policy_id: str = POLICY_ID,
 ) -> str:
-    """The JSON text of `decision.to_dict(call=call)`; `said` keeps the reasons' JSON
-    by their value, for a caller that answers many decisions."""
+    """The JSON text of `decision.to_dict(call=call, policy_id=policy_id)`; `said` keeps
+    the reasons' JSON by their value, for a caller that answers many decisions."""
     why = decision.reasons
     reasons = None if said is None else said.get(why)
     if reasons is None:
@@ -125,6 +151,8 @@ def decision_json(
         if said is not None:
             said[why] = reasons
     head = '{"allow":true,"reasons":[' if decision.allow else '{"allow":false,"reasons":['
+    if policy_id is not POLICY_ID and policy_id != POLICY_ID:
+        return f'{head}{reasons}],"policy_id":{_quote(policy_id)}}}'
     if not call:
         return f"{head}{reasons}]{_POLICY}}}"
     t = decision.executes
@@ -181,7 +209,23 @@ def _main(argv: list[str], prog: str, usage: str) -> int:
         "against a passport; one JSON decision per line on stdout.",
     )
     parser.add_argument("--passport", required=True, help="OAP passport JSON file")
+    parser.add_argument(
+        "--policy",
+        default=POLICY_ID,
+        help="the pack of a context line that names none in its policy_id "
+        f"(default {POLICY_ID}; also {', '.join(p for p in CAPABILITY if p != POLICY_ID)})",
+    )
+    parser.add_argument(
+        "--context-facts",
+        action="store_true",
+        help="conformance mode: take the facts the other packs need (an order's total, a "
+        "destination's type, an account's type) from the contexts, as the packs' reference "
+        "tests are written; without it those packs are denied (no system of record)",
+    )
     args = parser.parse_args(argv)
+    policy = policy_of(args.policy)
+    if policy is None:
+        parser.error(f"--policy: {args.policy!r} is not a pack the guard knows")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -192,7 +236,7 @@ def _main(argv: list[str], prog: str, usage: str) -> int:
     for w in caught:
         print(f"WARNING: {w.message}", file=sys.stderr)
 
-    _serve(_Session(guard), sys.stdin.fileno(), sys.stdout.buffer)
+    _serve(_Session(guard, policy, args.context_facts), sys.stdin.fileno(), sys.stdout.buffer)
     return 0
 
 

@@ -110,6 +110,9 @@ CODE_RULES: dict[str, tuple[str, ...]] = {
     IDEMPOTENCY_CONFLICT: (RULE_KEY_USED,),
     APPROVAL_CODE_MISSING: (RULE_APPROVAL_CODE,),
 }
+# The charge pack's rules, in the order it judges them (`guard.packs.PACK_RULES` has
+# every pack's).
+CHARGE_RULES = tuple(dict.fromkeys(rule for rules in CODE_RULES.values() for rule in rules))
 # Codes that do not say by themselves which rule denied.
 SHARED_CODES = frozenset(code for code, rules in CODE_RULES.items() if len(rules) > 1)
 # The rule a denial made elsewhere (`deny(code, message)`) has when it names none.
@@ -209,11 +212,12 @@ class Decision(NamedTuple):
     def codes(self) -> tuple[str, ...]:
         return tuple(r.code for r in self.reasons)
 
-    def to_dict(self, *, call: bool = False) -> dict[str, Any]:
+    def to_dict(self, *, call: bool = False, policy_id: str = POLICY_ID) -> dict[str, Any]:
+        """As JSON; `policy_id` names the pack that decided (`guard.packs` for the others)."""
         out: dict[str, Any] = {
             "allow": self.allow,
             "reasons": [r.to_dict() for r in self.reasons],
-            "policy_id": POLICY_ID,
+            "policy_id": policy_id,
         }
         if call:
             executes = self.executes
@@ -340,7 +344,7 @@ def to_minor(amount: Decimal, digits: int) -> int:
     if len(figures.digits) > _MAX_FIGURES:
         raise Unreadable(f"amount has more than {_MAX_FIGURES} digits")
     # Under _MAX_FIGURES digits, a place this small is never a whole minor unit; checked
-    # before the exact ratio, which would build 10**-exponent (1E-999999999 hung here).
+    # before the exact ratio, which would build 10**-exponent: any exponent is refused at once.
     if int(figures.exponent) + digits < -_MAX_FIGURES:
         raise Unreadable(f"amount {_amount(amount)} has more than {digits} decimal places")
     return _scaled(amount, digits)
@@ -584,10 +588,13 @@ def permits_recipient(limits: ChargeLimits | None, recipient: str) -> bool:
 
 @dataclass
 class Ledger:
-    """What the guard has let through: daily totals per currency, and used keys."""
+    """What the guard has let through: daily totals per currency, and used keys; the
+    other packs' running counts and totals by name (`guard.packs`: a payout count per
+    day, what was refunded of an order), kept by the same stores."""
 
     daily: dict[tuple[date, str], int] = field(default_factory=dict)
     keys: set[str] = field(default_factory=set)
+    tallies: dict[str, int] = field(default_factory=dict)
 
 
 _DAY = 86_400  # seconds: Unix time has no leap seconds, so whole days are UTC days

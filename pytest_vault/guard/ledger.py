@@ -1,8 +1,10 @@
 """Where a production guard keeps what it let through: in memory, or durably in SQLite.
 
-A store hands out one `transaction(day, currency, key)` at a time: a `Ledger` holding
-what the engine needs to judge that call (the day's total in that currency, whether
-that idempotency key is used), which the engine reads and commits to. On a clean exit
+A store hands out one `transaction(day, currency, key, tallies)` at a time: a `Ledger`
+holding what the engine needs to judge that call (the day's total in that currency,
+whether that idempotency key is used, and the named running counts and totals of the
+other packs, `guard.packs`: a day's payout count, what was refunded of an order), which
+the engine reads and commits to. On a clean exit
 the store records what changed; on an exception it records nothing.
 
 `SqliteLedger` makes check-and-record one `BEGIN IMMEDIATE` transaction, so processes
@@ -38,6 +40,8 @@ _CREATE = (
     " spent_minor TEXT NOT NULL, PRIMARY KEY (day, currency))",
     "CREATE TABLE vault_keys (key TEXT PRIMARY KEY, day TEXT NOT NULL)",
 )
+# The other packs' tallies by name; added to a ledger made before them when it is opened.
+_TALLIES = "CREATE TABLE vault_tallies (name TEXT PRIMARY KEY, value TEXT NOT NULL)"
 
 
 class LedgerError(VaultError):
@@ -47,7 +51,7 @@ class LedgerError(VaultError):
 
 class LedgerStore(Protocol):
     def transaction(
-        self, day: date, currency: str, key: str | None
+        self, day: date, currency: str, key: str | None, tallies: tuple[str, ...] = ()
     ) -> AbstractContextManager[Ledger]: ...
 
     def close(self) -> None: ...
@@ -61,7 +65,9 @@ class MemoryLedger:
         self._lock = threading.Lock()
 
     @contextmanager
-    def transaction(self, day: date, currency: str, key: str | None) -> Iterator[Ledger]:
+    def transaction(
+        self, day: date, currency: str, key: str | None, tallies: tuple[str, ...] = ()
+    ) -> Iterator[Ledger]:
         with self._lock:
             yield self.state
 
@@ -150,15 +156,17 @@ class SqliteLedger:
                 )
             }
             if not tables:
-                for statement in _CREATE:
+                for statement in (*_CREATE, _TALLIES):
                     db.execute(statement)
                 db.executemany(
                     "INSERT INTO vault_meta VALUES (?, ?)",
                     [("schema", SCHEMA_VERSION), ("passport_id", self._owner)],
                 )
-            elif tables != _TABLES:
+            elif tables - {"vault_tallies"} != _TABLES:
                 raise LedgerError("the file holds another schema, not a pytest-vault ledger")
             else:
+                if "vault_tallies" not in tables:  # a ledger from before the other packs
+                    db.execute(_TALLIES)
                 meta = dict(db.execute("SELECT name, value FROM vault_meta").fetchall())
                 if meta.get("schema") != SCHEMA_VERSION:
                     raise LedgerError(f"unknown ledger schema {meta.get('schema')}")
@@ -171,7 +179,9 @@ class SqliteLedger:
             raise
 
     @contextmanager
-    def transaction(self, day: date, currency: str, key: str | None) -> Iterator[Ledger]:
+    def transaction(
+        self, day: date, currency: str, key: str | None, tallies: tuple[str, ...] = ()
+    ) -> Iterator[Ledger]:
         with self._lock:
             try:
                 db = self._connect()
@@ -179,7 +189,7 @@ class SqliteLedger:
             except sqlite3.Error as exc:
                 raise LedgerError(_why(exc)) from None
             try:
-                state, before = self._read(db, day, currency, key)
+                state, before = self._read(db, day, currency, key, tallies)
                 yield state
                 self._write(db, state, before, day)
                 db.execute("COMMIT")
@@ -192,7 +202,7 @@ class SqliteLedger:
 
     @staticmethod
     def _read(
-        db: sqlite3.Connection, day: date, currency: str, key: str | None
+        db: sqlite3.Connection, day: date, currency: str, key: str | None, tallies: tuple[str, ...]
     ) -> tuple[Ledger, Ledger]:
         state = Ledger()
         row = db.execute(
@@ -206,7 +216,11 @@ class SqliteLedger:
             and db.execute("SELECT 1 FROM vault_keys WHERE key = ?", (key,)).fetchone()
         ):
             state.keys.add(key)
-        return state, Ledger(dict(state.daily), set(state.keys))
+        for name in tallies:
+            row = db.execute("SELECT value FROM vault_tallies WHERE name = ?", (name,)).fetchone()
+            if row is not None:
+                state.tallies[name] = _minor(row[0], f"tally {shown(repr(name))}")
+        return state, Ledger(dict(state.daily), set(state.keys), dict(state.tallies))
 
     @staticmethod
     def _write(db: sqlite3.Connection, state: Ledger, before: Ledger, day: date) -> None:
@@ -216,6 +230,13 @@ class SqliteLedger:
                     "INSERT INTO vault_daily VALUES (?, ?, ?) ON CONFLICT (day, currency)"
                     " DO UPDATE SET spent_minor = excluded.spent_minor",
                     (when.isoformat(), currency, str(spent)),
+                )
+        for name, value in state.tallies.items():
+            if before.tallies.get(name) != value:
+                db.execute(
+                    "INSERT INTO vault_tallies VALUES (?, ?) ON CONFLICT (name)"
+                    " DO UPDATE SET value = excluded.value",
+                    (name, str(value)),
                 )
         db.executemany(
             "INSERT INTO vault_keys VALUES (?, ?)",

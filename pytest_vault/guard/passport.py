@@ -100,6 +100,100 @@ class ChargeLimits(BaseModel):
     x_vault_memo_approval_code_required: StrictBool = False
 
 
+# The other packs' capabilities, each named as its pack's `requires_capabilities` says;
+# their limits live under the same key (as the packs' reference passports write them).
+REFUND = "finance.payment.refund"  # finance.payment.refund.v1
+PAYOUT = "payments.payout"  # finance.payment.payout.v1
+EXECUTE = "finance.transaction"  # finance.transaction.execute.v1
+_Names = list[Annotated[StrictStr, Field(min_length=1)]]
+
+
+class RefundLimits(BaseModel):
+    """`limits["finance.payment.refund"]` as `finance.payment.refund.v1` reads it.
+
+    `currency_limits` is required (without it the pack cannot say no); without reason
+    codes none is valid; `supported_currencies`, when given, narrows the currencies
+    further (a currency without limits is never supported: nothing would cap it).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    currency_limits: dict[CurrencyCode, CurrencyLimit]
+    supported_currencies: list[CurrencyCode] | None = None
+    refund_reason_codes: _Names | None = None
+    # The pre-rename name of `refund_reason_codes`, as the aport-spec conformance
+    # passport (payments.refunds.v1) writes it: accepted, never both.
+    reason_codes: _Names | None = None
+    # When given, a refund's region must be in these as well as in the passport's.
+    regions: list[StrictStr] | None = None
+    require_assurance_at_least: AssuranceLevel = "L2"
+    # The pack requires `idempotency_key` in every context: this cannot switch it off.
+    idempotency_required: StrictBool = True
+    approval_required: StrictBool = False
+
+    @model_validator(mode="after")
+    def _one_reason_list(self) -> RefundLimits:
+        # Neither is read as an empty list (fail closed: no reason code is valid, so every
+        # refund is denied `oap.invalid_reason_code`), as passports written before the
+        # guard read refunds have it.
+        if self.refund_reason_codes is not None and self.reason_codes is not None:
+            raise ValueError(
+                "refund_reason_codes: give it or its pre-rename name reason_codes, not both"
+            )
+        return self
+
+    @property
+    def reasons(self) -> frozenset[str]:
+        return frozenset(self.refund_reason_codes or self.reason_codes or ())
+
+
+class PayoutLimits(BaseModel):
+    """`limits["payments.payout"]` as `finance.payment.payout.v1` reads it. Its
+    `limits_required` are required, but for `approval_required` and
+    `compliance_checks_required`, which default to off; `allowed_recipients` may hold
+    `"*"` (anyone)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    currency_limits: dict[CurrencyCode, CurrencyLimit]
+    supported_currencies: list[CurrencyCode] | None = None
+    allowed_destination_types: list[Literal["bank_account", "digital_wallet", "crypto_address"]]
+    allowed_recipients: _Names
+    max_payouts_per_day: Annotated[StrictInt, Field(ge=0)]
+    compliance_checks_required: StrictBool = False
+    require_assurance_at_least: AssuranceLevel = "L3"
+    idempotency_required: StrictBool = True
+    approval_required: StrictBool = False
+    # pytest-vault extension: a destination the system of record added less than this
+    # many hours before the payout is refused (a new destination is the usual fraud).
+    x_vault_destination_hold_hours: Annotated[StrictInt, Field(ge=0)] | None = None
+
+
+class ExecuteLimits(BaseModel):
+    """`limits["finance.transaction"]` as `finance.transaction.execute.v1` reads it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    allowed_transaction_types: list[Literal["buy", "sell", "transfer", "short_sell"]]
+    allowed_asset_classes: _Names
+    max_exposure_per_tx_usd: Minor
+    allowed_source_account_types: _Names
+    restricted_source_account_types: list[StrictStr] = Field(default_factory=list)
+    max_exposure_per_counterparty_usd: Minor
+    require_assurance_at_least: AssuranceLevel = "L3"
+    idempotency_required: StrictBool = False
+    approval_required: StrictBool = False
+
+
+# Each capability with limits the guard reads, and their model.
+PACK_LIMITS: dict[str, type[BaseModel]] = {
+    CHARGE: ChargeLimits,
+    REFUND: RefundLimits,
+    PAYOUT: PayoutLimits,
+    EXECUTE: ExecuteLimits,
+}
+
+
 _DATE_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})?")
 
 
@@ -140,13 +234,16 @@ class Passport(_Strict):
 
     @model_validator(mode="after")
     def _charge_limits_readable(self) -> Passport:
-        if self.grants(CHARGE):
-            if CHARGE not in self.limits:
-                raise ValueError(f"limits.{CHARGE}: required when {CHARGE} is granted")
+        # Every granted capability the guard has a pack for: its limits, readable.
+        for capability, model in PACK_LIMITS.items():
+            if not self.grants(capability):
+                continue
+            if capability not in self.limits:
+                raise ValueError(f"limits.{capability}: required when {capability} is granted")
             try:
-                ChargeLimits.model_validate(self.limits[CHARGE])
+                model.model_validate(self.limits[capability])
             except ValidationError as exc:
-                raise ValueError(f"limits.{CHARGE}.{describe(exc, ChargeLimits)}") from None
+                raise ValueError(f"limits.{capability}.{describe(exc, model)}") from None
         if self.expires_at is not None and self.expires_at.tzinfo is None:
             raise ValueError("expires_at: needs a time zone (e.g. a trailing Z)")
         return self
@@ -161,6 +258,12 @@ class Passport(_Strict):
             return None
         return ChargeLimits.model_validate(self.limits[CHARGE])
 
+    def pack_limits(self, capability: str) -> BaseModel | None:
+        """The validated limits of a granted capability (`PACK_LIMITS`), else None."""
+        if not self.grants(capability):
+            return None
+        return PACK_LIMITS[capability].model_validate(self.limits[capability])
+
 
 def problem_loc(data: dict[str, Any], error: ValidationError) -> tuple[int | str, ...]:
     """Where in `data` the first problem of `error` (from `Passport`) is. The passport's
@@ -171,16 +274,17 @@ def problem_loc(data: dict[str, Any], error: ValidationError) -> tuple[int | str
         return loc
     capabilities = data.get("capabilities")
     limits = data.get("limits")
-    granted = isinstance(capabilities, list) and any(
-        isinstance(c, dict) and c.get("id") == CHARGE for c in capabilities
-    )
-    if granted and isinstance(limits, dict):
-        if CHARGE not in limits:
-            return ("limits", CHARGE)
-        try:
-            ChargeLimits.model_validate(limits[CHARGE])
-        except ValidationError as exc:
-            return ("limits", CHARGE, *error_loc(exc))
+    for capability, model in PACK_LIMITS.items():
+        granted = isinstance(capabilities, list) and any(
+            isinstance(c, dict) and c.get("id") == capability for c in capabilities
+        )
+        if granted and isinstance(limits, dict):
+            if capability not in limits:
+                return ("limits", capability)
+            try:
+                model.model_validate(limits[capability])
+            except ValidationError as exc:
+                return ("limits", capability, *error_loc(exc))
     return ("expires_at",)
 
 

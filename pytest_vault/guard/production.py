@@ -13,6 +13,10 @@ function only when allowed, and only with the normalized values: `amount` is an 
 `Decimal("500")` JPY), whatever the caller's decimal context. A call the wrapper cannot
 pass on exactly as judged (an argument the tool lacks, one missing) is a denial like any
 other, and a function that cannot take every judged value is refused when decorated.
+The other packs (`guard.packs`: refunds, payouts, transaction execution) are judged with
+`check_context(context, policy=ID)`; the facts their rules need come from the caller's
+system of record through `facts=`, a `packs.Facts` callback (`facts(kind, id) -> Mapping
+| None`), never from the context: without one those packs are denied.
 Every decision writes one JSON Lines audit record (never the raw arguments). An allowed
 transfer is recorded before the function runs, so one that then fails still counts
 against the cap and its key stays used: the guard errs on less money. The ledger is a
@@ -53,6 +57,7 @@ from pytest_vault.guard.engine import (
 )
 from pytest_vault.guard.engine import Guard as Engine
 from pytest_vault.guard.ledger import LedgerError, LedgerStore, MemoryLedger, SqliteLedger
+from pytest_vault.guard.packs import Facts, Packs, policy_of
 from pytest_vault.guard.passport import Passport, read_passport
 
 R = TypeVar("R")
@@ -102,6 +107,7 @@ class Guard:
         ledger: LedgerStore,
         audit: str | os.PathLike[str] | logging.Logger | None = None,
         clock: Callable[[], datetime] = _utcnow,
+        facts: Facts | None = None,
     ) -> None:
         self.passport = passport
         self.digest = digest
@@ -112,6 +118,8 @@ class Guard:
         # One engine, judging under one instant per decision: the day whose total the
         # store read is the day the engine checks and commits to, even across midnight.
         self._engine = Engine(passport, clock=lambda: self._now)
+        # The other packs on the same engine; their facts from the caller's system only.
+        self._packs = Packs(self._engine, facts=facts)
         self._lock = threading.Lock()
 
     @classmethod
@@ -124,13 +132,16 @@ class Guard:
         in_memory_ledger: bool = False,
         busy_timeout: float = 5.0,
         clock: Callable[[], datetime] = _utcnow,
+        facts: Facts | None = None,
     ) -> Guard:
         """Read the passport (a bad one is a one-line `PassportError`) and check the ledger's
         path names a durable file (else a one-line `LedgerError`): the file is opened at
         the first check, and a ledger that cannot be used then denies every call.
 
         `in_memory_ledger=True`, instead of a path, is a ledger for tests: NOT durable, it
-        is lost when the process ends, and with it every cap's total and used key."""
+        is lost when the process ends, and with it every cap's total and used key.
+
+        `facts` is the caller's system of record for the other packs (`packs.Facts`)."""
         if type(in_memory_ledger) is not bool:
             raise LedgerError(
                 f"in_memory_ledger must be True or False, got {shown(repr(in_memory_ledger))}"
@@ -148,7 +159,7 @@ class Guard:
             if ledger is None
             else SqliteLedger(ledger, passport_id=passport.passport_id, busy_timeout=busy_timeout)
         )
-        return cls(passport, digest=digest, ledger=store, audit=audit, clock=clock)
+        return cls(passport, digest=digest, ledger=store, audit=audit, clock=clock, facts=facts)
 
     def close(self) -> None:
         self._store.close()
@@ -176,8 +187,13 @@ class Guard:
         # The transfer read once is the one judged, recorded and executed.
         return self._judged(tool, transfer, lambda: self._commit(transfer))
 
-    def check_context(self, context: object, passport: Passport | None = None) -> Decision:
-        """Judge a pack context (optionally under another passport): the CLI's context lines."""
+    def check_context(
+        self, context: object, passport: Passport | None = None, *, policy: str = POLICY_ID
+    ) -> Decision:
+        """Judge a context of the pack `policy` (optionally under another passport): the
+        CLI's context lines; a pack of `guard.packs` reads its facts from `facts`."""
+        if policy != POLICY_ID and policy_of(policy) != POLICY_ID:
+            return self._pack(policy, context, passport)
         try:
             ctx = read_context(context)
         except Unreadable as exc:
@@ -188,6 +204,28 @@ class Guard:
         return self._judged(
             "context", probe, lambda: self._engine.check_context(context, passport), carry=False
         )
+
+    def _pack(self, policy: str, context: object, passport: Passport | None) -> Decision:
+        """A context of another pack: read, facts fetched and judged at one instant, its
+        ledger tallies read and recorded in one store transaction."""
+        name = policy_of(policy) or POLICY_ID  # what the audit names; unknown ones deny
+        with self._lock:
+            judged_at: datetime | None = None
+            try:
+                self._now = judged_at = self._clock()
+                pending = self._packs.prepare(policy, context, passport, judged_at)
+                if isinstance(pending, Decision):
+                    decision = pending
+                else:
+                    with self._store.transaction(
+                        pending.today, pending.currency, pending.key, pending.tallies
+                    ) as state:
+                        decision = self._packs.settle(pending, state)
+            except LedgerError as exc:
+                decision = deny(EVALUATION_ERROR, f"ledger unavailable: {exc}")
+            except Exception as exc:  # noqa: BLE001 - a clock or store that breaks denies
+                decision = deny(EVALUATION_ERROR, f"evaluation failed: {_kind(exc)}")
+            return self._audited("context", decision, judged_at, policy=name)
 
     def _commit(self, transfer: Transfer) -> Decision:
         decision = self._engine.judge_transfer(transfer)
@@ -223,14 +261,22 @@ class Guard:
             return self._audited(tool, decision, judged_at)
 
     # -- audit ------------------------------------------------------------------------
-    def _audited(self, tool: object, decision: Decision, when: datetime | None = None) -> Decision:
+    def _audited(
+        self,
+        tool: object,
+        decision: Decision,
+        when: datetime | None = None,
+        *,
+        policy: str = POLICY_ID,
+    ) -> Decision:
         """Write the decision's one audit record, timed `when` (the instant judged; a
         reading of the clock for a call refused before one); a decision that cannot be
         audited denies."""
         if self._audit is None:
             return decision
         try:
-            self._write(_record(self, tool, decision, self._clock() if when is None else when))
+            moment = self._clock() if when is None else when
+            self._write(_record(self, tool, decision, moment, policy))
         except Exception as exc:  # noqa: BLE001 - nothing executes unaudited
             return deny(EVALUATION_ERROR, f"audit log unavailable: {_kind(exc)}", decision.transfer)
         return decision
@@ -342,7 +388,9 @@ def _failed(exc: Exception) -> Decision:
     return deny(EVALUATION_ERROR, f"evaluation failed: {type(exc).__name__}")
 
 
-def _record(guard: Guard, tool: object, decision: Decision, when: datetime) -> str:
+def _record(
+    guard: Guard, tool: object, decision: Decision, when: datetime, policy: str = POLICY_ID
+) -> str:
     """One audit line: what was decided and on what, never the raw arguments."""
     transfer = decision.transfer
     return json_text(
@@ -353,7 +401,7 @@ def _record(guard: Guard, tool: object, decision: Decision, when: datetime) -> s
             "codes": list(decision.codes),
             "reasons": [r.message for r in decision.reasons],
             "transfer": None if transfer is None else transfer.to_dict(),
-            "policy_id": POLICY_ID,
+            "policy_id": policy,
             "passport_id": guard.passport.passport_id,
             "passport_digest": guard.digest,
         },

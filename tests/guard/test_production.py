@@ -312,6 +312,99 @@ def test_twenty_processes_race_for_a_daily_cap(tmp_path: Path) -> None:
     db.close()
 
 
+PAYOUT_RACER = textwrap.dedent(
+    """
+    import json, os, sys, time
+    from datetime import UTC, datetime
+    from pathlib import Path
+    from pytest_vault.guard import Guard
+    passport, ledger, go = sys.argv[1:]
+    added = datetime(2020, 1, 1, tzinfo=UTC)
+    facts = lambda kind, key: {"type": "bank_account", "added_at": added}
+    guard = Guard.load(passport, ledger=ledger, busy_timeout=60, facts=facts)
+    print("ready", flush=True)
+    while not Path(go).exists():
+        time.sleep(0.001)
+    context = {"amount": 100, "currency": "USD", "destination_type": "bank_account",
+               "destination_id": "dest_1", "payout_method": "ach",
+               "idempotency_key": f"payout-{os.getpid()}"}
+    d = guard.check_context(context, policy="finance.payment.payout.v1")
+    print(json.dumps([d.allow, list(d.codes)]), flush=True)
+    """
+)
+
+
+def test_twenty_processes_race_for_a_payout_count(tmp_path: Path) -> None:
+    """The daily cap's race, for the payout pack's `max_payouts_per_day` (2 here): its
+    count is in the same durable ledger, checked and recorded in one transaction."""
+    from .test_packs import passport
+
+    card, ledger, go = tmp_path / "payout.json", tmp_path / "ledger.sqlite", tmp_path / "go"
+    card.write_text(json.dumps(passport(payout=True)))
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", PAYOUT_RACER, str(card), str(ledger), str(go)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(20)
+    ]
+    try:
+        for proc in procs:
+            assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        go.touch()
+        results = []
+        for proc in procs:
+            out, err = proc.communicate(timeout=120)
+            assert proc.returncode == 0, err
+            allow, reasons = json.loads(out)
+            results.append((allow, tuple(reasons)))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    assert results.count((True, ("oap.allowed",))) == 2
+    assert results.count((False, ("oap.limit_exceeded",))) == 18
+    db = sqlite3.connect(ledger)
+    rows = dict(db.execute("SELECT name, value FROM vault_tallies").fetchall())
+    assert len(db.execute("SELECT key FROM vault_keys").fetchall()) == 2
+    db.close()
+    day = datetime.now(UTC).date().isoformat()
+    assert rows == {
+        f"finance.payment.payout.v1|count|{day}": "2",
+        f"finance.payment.payout.v1|daily|{day}|USD": "200",
+    }
+
+
+def test_other_packs_take_their_facts_from_the_caller_and_keep_counts_across_restarts(
+    tmp_path: Path,
+) -> None:
+    from .test_packs import Bank, passport, refund
+
+    card, ledger, audit = tmp_path / "p.json", tmp_path / "ledger.sqlite", tmp_path / "a.jsonl"
+    card.write_text(json.dumps(passport(refund=True)))
+    policy = "finance.payment.refund.v1"
+    with Guard.load(card, ledger=ledger, audit=audit, clock=lambda: NOON) as guard:
+        blind = guard.check_context(refund(1), policy=policy)
+    assert blind.codes == ("vault.facts_unavailable",)
+    bank = Bank()
+    bank.records[("order", "ord_1")]["refunded_minor"] = 0  # it never books ours
+    for key in ("restart-key-1", "restart-key-2"):
+        with Guard.load(card, ledger=ledger, clock=lambda: NOON, facts=bank) as guard:
+            last = guard.check_context(refund(3_000, key=key), policy=policy)
+    assert last.codes == ("oap.limit_exceeded",)  # the first 3,000 survived the restart
+    with Guard.load(card, ledger=ledger, clock=lambda: NOON, facts=bank) as guard:
+        replay = guard.check_context(refund(1, key="restart-key-1"), policy="payments.refunds.v1")
+    assert replay.codes == ("oap.idempotency_conflict",)
+    record = json.loads(audit.read_text())
+    assert (record["policy_id"], record["tool"], record["codes"]) == (
+        policy,
+        "context",
+        ["vault.facts_unavailable"],
+    )
+
+
 def _locked(path: Path) -> sqlite3.Connection:
     with Guard.load(LEVEL3, ledger=path) as guard:  # a real ledger, then held
         guard.check("transfer_funds", transfer(1))
