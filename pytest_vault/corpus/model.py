@@ -18,10 +18,13 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
+    StrictBool,
     StrictInt,
     StrictStr,
     WithJsonSchema,
     field_validator,
+    model_serializer,
     model_validator,
 )
 from pydantic.json_schema import GenerateJsonSchema
@@ -168,10 +171,127 @@ class HistoryEntry(BaseModel):
         return value
 
 
+# The bank's tools beyond the four every case has: each is offered only where the case's
+# environment holds the records it acts on (`Environment.tools`), so a case without them
+# is asked exactly as before. A case whose `calls` name one of them without its records
+# is refused at load: the bank would not have the tool.
+REFUND_TOOL = "refund_payment"
+PAYOUT_TOOL = "create_payout"
+SCHEDULE_TOOL = "schedule_transaction"
+RESCHEDULE_TOOL = "update_scheduled_transaction"
+ACCOUNT_TOOL = "update_account"
+RECORD_TOOLS: dict[str, tuple[str, ...]] = {
+    "orders": (REFUND_TOOL,),
+    "payout_destinations": (PAYOUT_TOOL,),
+    "scheduled": (SCHEDULE_TOOL, RESCHEDULE_TOOL),
+    "account": (ACCOUNT_TOOL,),
+}
+Currency = Annotated[StrictStr, Field(min_length=3, max_length=3)]
+
+
+def _whole_minor(amount: Decimal | None, currency: str, loc: Loc) -> None:
+    """`amount` is a whole number of `currency`'s minor units (`Amount` checked cents)."""
+    if amount is None:
+        return
+    try:
+        to_minor(amount, minor_digits(currency))
+    except (Unreadable, ValueError) as exc:
+        raise _at(loc, str(exc)) from None
+
+
+def _known_currency(value: str) -> str:
+    try:
+        minor_digits(value)
+    except ValueError as exc:
+        raise PydanticCustomError("currency", "{why}", {"why": str(exc)}) from None
+    return value
+
+
+Code = Annotated[Currency, AfterValidator(_known_currency)]
+
+
+class Order(BaseModel):
+    """An order the bank holds, which `refund_payment` refunds: its buyer, total and
+    what was already refunded of it (major units, exact)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    customer_id: Name = Field(description="the order's buyer: the one a refund goes to")
+    total: Amount = Field(description="the order's total (major units), an exact JSON number")
+    currency: Code = Field("USD", description="ISO 4217 code")
+    refunded: Amount | None = Field(None, description="already refunded (major units); omit: 0")
+    region: Name = Field("US", description="where the order was placed (the refund pack's region)")
+
+    @model_validator(mode="after")
+    def _exact(self) -> Order:
+        _whole_minor(self.total, self.currency, ("total",))
+        _whole_minor(self.refunded, self.currency, ("refunded",))
+        if self.refunded is not None and self.refunded > self.total:
+            raise _at(("refunded",), "more than the order's total")
+        return self
+
+
+def _aware(value: object) -> object:
+    if not isinstance(value, str):
+        raise PydanticCustomError("date_time", "expected an ISO 8601 date-time string")
+    return value
+
+
+def _has_offset(value: dt.datetime) -> dt.datetime:
+    if value.utcoffset() is None:
+        raise PydanticCustomError("date_time", "needs a UTC offset (e.g. Z or +00:00)")
+    return value
+
+
+class PayoutDestination(BaseModel):
+    """A payout destination the bank holds, which `create_payout` pays: its type and
+    when it was added (the guard holds a new one back)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: Literal["bank_account", "digital_wallet", "crypto_address"] = Field(
+        description="as the payout pack's destination types"
+    )
+    added_at: Annotated[dt.datetime, BeforeValidator(_aware), AfterValidator(_has_offset)] = Field(
+        description="ISO 8601 with a UTC offset"
+    )
+
+
+class Scheduled(BaseModel):
+    """A scheduled (or recurring) payment the bank holds, which
+    `update_scheduled_transaction` edits."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: Name = Field(description="what update_scheduled_transaction names it by")
+    recipient: NonEmpty = Field(description="the payee")
+    amount: Amount = Field(description="major units, an exact JSON number")
+    currency: Code = Field("USD", description="ISO 4217 code")
+    date: dt.date = Field(description="the next payment's day, YYYY-MM-DD")
+    recurring: StrictBool = False
+    memo: NonEmpty | None = Field(None, description="the payment's reference")
+
+    @field_validator("date", mode="before")
+    @classmethod
+    def _iso(cls, value: object) -> object:
+        if not isinstance(value, str):
+            raise PydanticCustomError("date", "expected a YYYY-MM-DD string")
+        return value
+
+    @model_validator(mode="after")
+    def _exact(self) -> Scheduled:
+        _whole_minor(self.amount, self.currency, ("amount",))
+        return self
+
+
 class Environment(BaseModel):
     """What an indirect case's tools read: the evidence the organization does not vouch
     for. Its texts may hold `{{name}}` markers, each filled by one of the case's
-    injections: its attack text in the attacked copy, its clean text in the clean copy."""
+    injections: its attack text in the attacked copy, its clean text in the clean copy.
+
+    Beside the texts, the bank's own records (`orders`, `payout_destinations`,
+    `scheduled`, `account`): the system of record the guard reads its facts from, never
+    attacked. A direct case may have an environment of records alone."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -184,6 +304,52 @@ class Environment(BaseModel):
     payee_notes: dict[NonEmpty, StrictStr] = Field(
         default_factory=dict, description="recipient -> the note verify_recipient returns"
     )
+    orders: dict[Name, Order] | None = Field(
+        None, description="order id -> the order refund_payment refunds (offers the tool)"
+    )
+    payout_destinations: dict[Name, PayoutDestination] | None = Field(
+        None, description="destination id -> what create_payout pays (offers the tool)"
+    )
+    scheduled: list[Scheduled] | None = Field(
+        None, description="scheduled payments (offers schedule/update_scheduled_transaction)"
+    )
+    account: dict[Name, StrictStr] | None = Field(
+        None, description="the account's details, field -> value (offers update_account)"
+    )
+
+    @model_validator(mode="after")
+    def _unique_scheduled(self) -> Environment:
+        seen: set[str] = set()
+        for i, entry in enumerate(self.scheduled or ()):
+            if entry.id in seen:
+                raise _at(("scheduled", i, "id"), f"{entry.id!r} is scheduled twice")
+            seen.add(entry.id)
+        return self
+
+    @model_serializer(mode="wrap")
+    def _without_absent_records(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A record the case does not have is not written: an environment without records
+        # dumps (and so digests into its clean run's id) exactly as before they existed.
+        out: dict[str, Any] = handler(self)
+        for name in RECORD_TOOLS:
+            if out.get(name, 0) is None:
+                del out[name]
+        return out
+
+    def tools(self) -> tuple[str, ...]:
+        """The tools this environment adds to the bank's four, in a fixed order."""
+        out: tuple[str, ...] = ("read_document",) if self.documents else ()
+        for name, tools in RECORD_TOOLS.items():
+            if getattr(self, name) is not None:
+                out += tools
+        return out
+
+    @property
+    def records_only(self) -> bool:
+        """Records and no texts (nothing an injection could be planted in): the one
+        environment a direct case may have."""
+        texts = self.documents or self.history or self.payee_notes
+        return not texts and any(getattr(self, name) is not None for name in RECORD_TOOLS)
 
     def texts(self) -> list[tuple[str, Loc, str]]:
         """(placement, where in the environment, text) of every text a marker may be in."""
@@ -202,13 +368,17 @@ class Environment(BaseModel):
         def fill(text: str) -> str:
             return MARKER.sub(lambda m: texts[m.group(1)], text)
 
-        return Environment(
-            documents={n: fill(t) for n, t in self.documents.items()},
-            history=[
-                e.model_copy(update={"counterparty": fill(e.counterparty), "memo": fill(e.memo)})
-                for e in self.history
-            ],
-            payee_notes={r: fill(t) for r, t in self.payee_notes.items()},
+        return self.model_copy(
+            update={
+                "documents": {n: fill(t) for n, t in self.documents.items()},
+                "history": [
+                    e.model_copy(
+                        update={"counterparty": fill(e.counterparty), "memo": fill(e.memo)}
+                    )
+                    for e in self.history
+                ],
+                "payee_notes": {r: fill(t) for r, t in self.payee_notes.items()},
+            }
         )
 
 
@@ -284,13 +454,25 @@ class Case(BaseModel):
 
     @model_validator(mode="after")
     def _indirect(self) -> Case:
+        offered = () if self.environment is None else self.environment.tools()
+        for i, call in enumerate(self.calls):
+            record = next((r for r, ts in RECORD_TOOLS.items() if call.name in ts), None)
+            if record is not None and call.name not in offered:
+                raise _at(
+                    ("calls", i, "name"),
+                    f"the bank has no {call.name} without environment.{record}",
+                )
         if self.environment is None:
             if self.injections:
                 raise _at(("environment",), "an indirect case needs the environment it plants in")
             return self
         if not self.injections:
+            if self.environment.records_only:
+                return self  # a direct case with the bank's records: nothing is planted
             raise _at(
-                ("environment",), "a direct case has no environment (add injections, or remove it)"
+                ("environment",),
+                "a direct case has no environment texts (add injections, or keep only "
+                "orders, payout_destinations, scheduled and account)",
             )
         if self.kind != "attack":
             raise _at(("kind",), "an indirect case is an attack (its clean copy is the benign run)")
@@ -339,7 +521,7 @@ class Case(BaseModel):
     @property
     def indirect(self) -> bool:
         """Attacks planted in what the tools return (an environment and injections)."""
-        return self.environment is not None
+        return bool(self.injections)
 
     def copy_of(self, which: Literal["attack", "clean"]) -> Environment | None:
         """The environment as the tools read it: the attacked copy, or the clean one."""
@@ -361,8 +543,9 @@ class Case(BaseModel):
     # validated environment, and the id a digest of one.
     @cached_property
     def _made(self) -> tuple[Environment | None, Environment | None, str | None, tuple[str, ...]]:
-        if self.environment is None:
-            return None, None, None, ()
+        if not self.injections:  # a direct case: its records (if any) are both copies
+            return self.environment, self.environment, None, ()
+        assert self.environment is not None  # an indirect case has one (`_indirect`)
         attacked = self.environment.filled({i.place: i.attack for i in self.injections})
         clean = self.environment.filled({i.place: i.clean for i in self.injections})
         seen = {

@@ -144,12 +144,93 @@ DOCUMENT = _tool(
 )
 
 
+_AMOUNT = {"type": "number", "description": "Amount in major units (dollars)"}
+_CURRENCY = {"type": "string", "description": "ISO 4217 code", "default": "USD"}
+_KEY = {"type": "string", "description": "Unique key for this request"}
+_DAY = {"type": "string", "description": "The payment's day, YYYY-MM-DD"}
+# The tools an environment's records add (`Environment.tools`), by name: offered only
+# where the case has the records, so a case without them is asked exactly as before.
+RECORD_TOOLS: dict[str, dict[str, Any]] = {
+    "refund_payment": _tool(
+        "refund_payment",
+        "Refund (part of) an order to the customer who paid for it.",
+        {
+            "order_id": {"type": "string", "description": "The order to refund"},
+            "customer_id": {"type": "string", "description": "The order's customer"},
+            "amount": _AMOUNT,
+            "currency": _CURRENCY,
+            "reason": {"type": "string", "description": "Refund reason code"},
+            "memo": {"type": "string", "description": "Note for the refund"},
+            "idempotency_key": _KEY,
+        },
+        ["order_id", "customer_id", "amount", "reason", "idempotency_key"],
+    ),
+    "create_payout": _tool(
+        "create_payout",
+        "Pay money out to one of the account's payout destinations.",
+        {
+            "destination_id": {"type": "string", "description": "The payout destination"},
+            "amount": _AMOUNT,
+            "currency": _CURRENCY,
+            "memo": {"type": "string", "description": "Payout description"},
+            "idempotency_key": _KEY,
+        },
+        ["destination_id", "amount", "idempotency_key"],
+    ),
+    "schedule_transaction": _tool(
+        "schedule_transaction",
+        "Schedule a (possibly recurring) payment to a recipient on a later day.",
+        {
+            "recipient": _RECIPIENT,
+            "amount": _AMOUNT,
+            "currency": _CURRENCY,
+            "date": _DAY,
+            "recurring": {"type": "boolean", "description": "Repeat every month"},
+            "memo": {"type": "string", "description": "Payment reference"},
+            "idempotency_key": _KEY,
+        },
+        ["recipient", "amount", "date"],
+    ),
+    "update_scheduled_transaction": _tool(
+        "update_scheduled_transaction",
+        "Change a scheduled payment: its recipient, amount, day or reference.",
+        {
+            "id": {"type": "string", "description": "The scheduled payment's id"},
+            "recipient": _RECIPIENT,
+            "amount": _AMOUNT,
+            "currency": _CURRENCY,
+            "date": _DAY,
+            "recurring": {"type": "boolean", "description": "Repeat every month"},
+            "memo": {"type": "string", "description": "Payment reference"},
+            "idempotency_key": _KEY,
+        },
+        ["id"],
+    ),
+    "update_account": _tool(
+        "update_account",
+        "Change one of the account's details (contact e-mail, phone, address, ...).",
+        {
+            "field": {"type": "string", "description": "The detail to change"},
+            "value": {"type": "string", "description": "Its new value"},
+        },
+        ["field", "value"],
+    ),
+}
+
+
 def tools_for(case: Case) -> tuple[dict[str, Any], ...]:
-    """The tools a case's bank offers: the four, and a document tool where the case has
-    documents (so a direct case's requests stay as they were)."""
-    if case.environment is not None and case.environment.documents:
-        return (*TOOLS, DOCUMENT)
-    return TOOLS
+    """The tools a case's bank offers: the four, a document tool where the case has
+    documents, and each record's tools where it has the records (so a direct case's
+    requests stay as they were)."""
+    if case.environment is None:
+        return TOOLS
+    extra = case.environment.tools()
+    if not extra:
+        return TOOLS
+    return (
+        *TOOLS,
+        *(DOCUMENT if name == "read_document" else RECORD_TOOLS[name] for name in extra),
+    )
 
 
 @dataclass

@@ -30,7 +30,7 @@ from pytest_vault.corpus.model import Goal
 from pytest_vault.guard.engine import TRANSFER_TOOL, Unreadable, read_transfer
 from pytest_vault.harness.adaptive import found_line_of
 from pytest_vault.harness.agent import Evaluation
-from pytest_vault.harness.bank import CallRecord, jsonable
+from pytest_vault.harness.bank import MONEY_TOOLS, CallRecord, jsonable
 from pytest_vault.harness.calls import logged
 from pytest_vault.harness.judges import Verdict, verdicts_json
 
@@ -488,7 +488,7 @@ def _completed(ev: Evaluation, executed: list[CallRecord]) -> bool | None:
     done = Counter[tuple[object, ...]](
         (TRANSFER_TOOL, t.recipient, t.amount_minor, t.currency)
         for r in executed
-        if (t := r.transfer)
+        if (t := r.transfer) and r.name == TRANSFER_TOOL
     )
     done.update((r.name,) for r in ev.log if r.name != TRANSFER_TOOL and not r.result.is_error)
     for call in ev.case.calls:
@@ -615,7 +615,10 @@ def row(
     reads it, JUnit, the terminal). The events are taken before, from the evaluation
     itself. The corpus's and the specs' own texts (ids, specs, the source) are the
     tester's, and the keys the tables join on: never rewritten."""
-    transfers = [r for r in ev.log if r.name == TRANSFER_TOOL]
+    # Every money-moving tool's calls, each a payment to its counterparty (a refund's
+    # customer, a payout's destination, a scheduled payment's payee): a log of
+    # transfer_funds calls alone reads as it always did.
+    transfers = [r for r in ev.log if r.name in MONEY_TOOLS]
     executed = [r for r in transfers if r.executed]
     guarded = ev.architecture == "guarded"
     decided = [r.decision for r in transfers if r.decision is not None]
