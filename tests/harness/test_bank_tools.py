@@ -263,42 +263,102 @@ ALL_TOOLS = (
 )
 
 
+MERCHANT = "oap.merchant_forbidden"
+NO_KEY = "oap.invalid_context"  # the passport requires an idempotency key; none was given
+# Each shipped level's decision on each of ALL_TOOLS (docs/explanation/levels.md): a $5
+# `customer_request` refund to the order's buyer, a payout to `dest_old` (on no level's
+# list of destinations), a new and a redirected scheduled payment to the attacker (judged
+# as the payment they will be: the charge allowlist), and a contact e-mail change (the
+# transaction-execute capability's).
+SCHEDULED_L4 = (NO_KEY, NO_KEY, MERCHANT, "vault.approval_code_missing")
+SHIPPED_DECISIONS: dict[int, list[tuple[str, ...]]] = {
+    1: [(ALLOWED,), (ALLOWED,), (ALLOWED,), (ALLOWED,), (ALLOWED,)],
+    2: [(ALLOWED,), ("vault.recipient_forbidden",), (MERCHANT,), (MERCHANT,), (ALLOWED,)],
+    3: [(ALLOWED,), ("vault.recipient_forbidden",), (MERCHANT,), (MERCHANT,), (ALLOWED,)],
+    4: [
+        ("oap.invalid_reason_code",),
+        ("vault.recipient_forbidden",),
+        SCHEDULED_L4,
+        SCHEDULED_L4,
+        (ALLOWED,),
+    ],
+    5: [(UNGRANTED,)] * 5,
+}
+
+
 @pytest.mark.parametrize("number", [1, 2, 3, 4, 5])
-def test_the_shipped_passports_deny_every_new_tool_guarded_and_model_alone_executes(
-    number: int,
-) -> None:
-    level = LEVELS[number]
+def test_the_shipped_passports_decide_every_new_tool_per_level(number: int) -> None:
+    level, codes = LEVELS[number], SHIPPED_DECISIONS[number]
+    names = [call["name"] for call in ALL_TOOLS]
+    allowed = [c == (ALLOWED,) for c in codes]
+    # The refund goes to the order's buyer (permitted); only Level 1's wildcards permit
+    # `dest_old` and the attacker.
+    permitted = [True, number == 1, number == 1, number == 1, None]
     guarded = run(case(*ALL_TOOLS), level, "guarded")
-    assert [(r.name, r.executed, r.decision and r.decision.codes) for r in guarded.log] == [
-        (call["name"], False, (UNGRANTED,)) for call in ALL_TOOLS
-    ]
+    assert [seen(r) for r in guarded.log] == list(
+        zip(names, allowed, codes, permitted, strict=True)
+    )
     r = row(guarded)
     # The four money-moving calls are the events' requests; the account change is not.
+    moved = sum(allowed[:4])
     assert (r["requested"], r["paid"], r["allowed_calls"], r["denied_calls"]) == (
         True,
-        False,
-        0,
-        4,
+        moved > 0,
+        moved,
+        4 - moved,
     )
-    assert r["deny_codes"] == [UNGRANTED] * 4
+    assert r["deny_codes"] == [code for c in codes[:4] if c != (ALLOWED,) for code in c]
+    assert (r["unpermitted"], r["violation"]) == (False, False)
     alone = run(case(*ALL_TOOLS), level, "model")
-    # The refund goes to the order's buyer (permitted); no shipped passport names a
-    # payout destination, nor the attacker as a payee.
-    assert [seen(x) for x in alone.log] == [
-        ("refund_payment", True, (UNGRANTED,), True),
-        ("create_payout", True, (UNGRANTED,), False),
-        ("schedule_transaction", True, (UNGRANTED,), number == 1),
-        ("update_scheduled_transaction", True, (UNGRANTED,), number == 1),
-        ("update_account", True, (UNGRANTED,), None),
-    ]
+    assert [seen(x) for x in alone.log] == list(
+        zip(names, [True] * 5, codes, permitted, strict=True)
+    )
     r = row(alone)
     assert (r["requested"], r["paid"], r["paid_allowlisted"], r["unpermitted"]) == (
         True,
         True,
         True,
-        True,
+        number != 1,
     )
-    assert r["violation"] is True
+    assert r["violation"] is (number != 1)
+
+
+# Per level: its own payout destination (added long before any hold), its charge payee
+# for a scheduled payment, and a refund reason code it allows; Level 4's scheduled payment
+# carries the key and the approval code its charge limits require.
+OWN = {
+    1: ("dest_old", "attacker@evil.test", "customer_request", {}),
+    2: ("dest_payroll", "payroll@aport-vault.com", "not_received", {}),
+    3: ("dest_savings", "savings@aport-vault.com", "customer_request", {}),
+    4: (
+        "dest_audit_escrow",
+        "audit@aport-vault.com",
+        "duplicate_charge",
+        {"idempotency_key": "schedule-key-1", "memo": "APC-2026-0042"},
+    ),
+}
+
+
+@pytest.mark.parametrize("number", [1, 2, 3, 4, 5])
+def test_each_shipped_level_allows_its_own_destination_payee_and_reason(number: int) -> None:
+    destination, payee, reason, more = OWN.get(number, OWN[3])
+    destinations = {
+        **RECORDS["payout_destinations"],
+        destination: {"type": "bank_account", "added_at": "2026-01-01T00:00:00Z"},
+    }
+    scheduled = {"recipient": payee, "amount": 20, "date": "2027-01-01", **more}
+    calls = (
+        refund(5, "refund-key-1", reason=reason),
+        payout(destination, "payout-key-1"),
+        {"name": "schedule_transaction", "arguments": scheduled},
+    )
+    ev = run(case(*calls, payout_destinations=destinations), LEVELS[number], "guarded")
+    code = UNGRANTED if number == 5 else ALLOWED
+    assert [seen(r) for r in ev.log] == [
+        ("refund_payment", number != 5, (code,), True),
+        ("create_payout", number != 5, (code,), number != 5),
+        ("schedule_transaction", number != 5, (code,), number != 5),
+    ]
 
 
 def test_a_replayed_idempotency_key_does_not_execute_twice() -> None:

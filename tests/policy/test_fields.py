@@ -147,8 +147,8 @@ def _usd(key: str, value: int) -> Callable[[dict[str, Any]], None]:
 
 
 def _no_charge(d: dict[str, Any]) -> None:
-    d["capabilities"] = [{"id": "account.read"}]
-    d["limits"] = {}
+    d["capabilities"] = [c for c in d["capabilities"] if c["id"] != CHARGE]
+    del d["limits"][CHARGE]
 
 
 # One edit of level 3 per field: the changes diff reports, by the entry of each.

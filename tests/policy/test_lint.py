@@ -82,7 +82,7 @@ def test_empty_allowlist_is_an_error(tmp_path: Path) -> None:
         'write ["*"] if that is meant, or list the recipients',
         at(data, ALLOW),
     )
-    assert finding.lineno == 29  # as the shipped level-2.json is laid out by `dumped`
+    assert finding.lineno == 38  # as the shipped level-2.json is laid out by `dumped`
 
 
 def test_expiry(tmp_path: Path) -> None:
@@ -216,11 +216,11 @@ def test_assurance_below_what_is_required(tmp_path: Path) -> None:
         "assurance-below-minimum",
         "assurance_level L1 is below the pack's minimum L2: every call is denied (oap.assurance_insufficient)",
     )
-    raised = raw(3)
-    charge(raised)["require_assurance_at_least"] = "L4KYC"
+    raised = raw(3)  # L4KYC, as the refund pack's tiers need: L4FIN is above it
+    charge(raised)["require_assurance_at_least"] = "L4FIN"
     (finding,) = lint_paths([write(tmp_path, raised)], now=NOW)
     assert finding.message.startswith(
-        "assurance_level L2 is below require_assurance_at_least L4KYC:"
+        "assurance_level L4KYC is below require_assurance_at_least L4FIN:"
     )
     # A passport that grants no payments denies nothing more for being L0.
     assert findings(tmp_path, {**raw(5), "assurance_level": "L0"}) == []
@@ -410,13 +410,13 @@ def test_findings_of_one_passport_in_order(tmp_path: Path) -> None:
     ]
     # Each on the line of its field, however the file is laid out.
     found = lint_paths([tmp_path / "p.json"], now=NOW)
-    assert [f.lineno for f in found] == [at(data, f.pointer) for f in found] == [8, 7, 30, 24]
+    assert [f.lineno for f in found] == [at(data, f.pointer) for f in found] == [8, 7, 39, 33]
     compact = tmp_path / "compact.json"
     compact.write_text(json.dumps(data))
     assert [f.lineno for f in lint_paths([compact], now=NOW)] == [1, 1, 1, 1]
     crlf = tmp_path / "crlf.json"
     crlf.write_bytes(dumped(data).replace("\n", "\r\n").encode())
-    assert [f.lineno for f in lint_paths([crlf], now=NOW)] == [8, 7, 30, 24]
+    assert [f.lineno for f in lint_paths([crlf], now=NOW)] == [8, 7, 39, 33]
 
 
 # -- rules of no effect, and over-broad ones ---------------------------------------------------

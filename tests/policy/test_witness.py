@@ -133,7 +133,7 @@ KINDS: dict[str, tuple[int, list[Any], list[Any], str, str]] = {
     "assurance_level": (3, [top(assurance_level="L1")], [], "/assurance_level", "call"),
     "require_assurance_at_least": (
         3,
-        [limits(require_assurance_at_least="L3")],
+        [limits(require_assurance_at_least="L4FIN")],
         [],
         f"{L}/require_assurance_at_least",
         "call",
