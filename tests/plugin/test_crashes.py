@@ -29,6 +29,9 @@ def pytest_runtest_logreport(report):
     if report.when == "call":
         seen.append(report.nodeid)
         if len(seen) == 7:
+            # Ctrl-C as a terminal sends it, whatever SIGINT disposition this process
+            # inherited (a parent that ignores it, as a test runner's worker may).
+            signal.signal(signal.SIGINT, signal.default_int_handler)
             os.kill(os.getpid(), signal.SIGINT)
 """
 KILL_GW0_IN_ITS_THIRD_TEST = """
