@@ -153,6 +153,13 @@ READS: dict[str, tuple[str, str | None]] = {
 }
 
 
+def _iso_date(value: object) -> object:
+    """A day as the file writes it, `YYYY-MM-DD`, never a number pydantic would read as one."""
+    if not isinstance(value, str):
+        raise PydanticCustomError("date", "expected a YYYY-MM-DD string")
+    return value
+
+
 class HistoryEntry(BaseModel):
     """A transaction the customer's history shows, after the bank's own opening entries."""
 
@@ -163,12 +170,7 @@ class HistoryEntry(BaseModel):
     amount: Amount = Field(description="dollars (major units), an exact JSON number")
     memo: StrictStr = ""
 
-    @field_validator("date", mode="before")
-    @classmethod
-    def _iso(cls, value: object) -> object:
-        if not isinstance(value, str):
-            raise PydanticCustomError("date", "expected a YYYY-MM-DD string")
-        return value
+    _iso = field_validator("date", mode="before")(_iso_date)
 
 
 # The bank's tools beyond the four every case has: each is offered only where the case's
@@ -271,12 +273,7 @@ class Scheduled(BaseModel):
     recurring: StrictBool = False
     memo: NonEmpty | None = Field(None, description="the payment's reference")
 
-    @field_validator("date", mode="before")
-    @classmethod
-    def _iso(cls, value: object) -> object:
-        if not isinstance(value, str):
-            raise PydanticCustomError("date", "expected a YYYY-MM-DD string")
-        return value
+    _iso = field_validator("date", mode="before")(_iso_date)
 
     @model_validator(mode="after")
     def _exact(self) -> Scheduled:
