@@ -32,7 +32,14 @@ from pydantic_core import PydanticCustomError
 
 from pytest_vault.core.errors import Loc, field_path
 from pytest_vault.core.text import shown
-from pytest_vault.guard.engine import Transfer, Unreadable, checked, parse_json_object, to_minor
+from pytest_vault.guard.engine import (
+    TRANSFER_TOOL,
+    Transfer,
+    Unreadable,
+    checked,
+    parse_json_object,
+    to_minor,
+)
 from pytest_vault.guard.money import Money, minor_digits
 
 CATEGORIES = (
@@ -98,9 +105,39 @@ Amount = Annotated[
 ]
 
 
+# The bank's tools beyond the four every case has: each is offered only where the case's
+# environment holds the records it acts on (`Environment.tools`), so a case without them
+# is asked exactly as before. A case whose `calls` name one of them without its records
+# is refused at load: the bank would not have the tool.
+REFUND_TOOL = "refund_payment"
+PAYOUT_TOOL = "create_payout"
+SCHEDULE_TOOL = "schedule_transaction"
+RESCHEDULE_TOOL = "update_scheduled_transaction"
+ACCOUNT_TOOL = "update_account"
+RECORD_TOOLS: dict[str, tuple[str, ...]] = {
+    "orders": (REFUND_TOOL,),
+    "payout_destinations": (PAYOUT_TOOL,),
+    "scheduled": (SCHEDULE_TOOL, RESCHEDULE_TOOL),
+    "account": (ACCOUNT_TOOL,),
+}
+# The tools that move money (or where it goes), transfer_funds first: each call is a
+# request of the five events, a payment to its counterparty (a refund's customer, a
+# payout's destination, a scheduled payment's payee). `update_account` moves none.
+MONEY_TOOLS = (TRANSFER_TOOL, REFUND_TOOL, PAYOUT_TOOL, SCHEDULE_TOOL, RESCHEDULE_TOOL)
+MoneyTool = Literal[
+    "transfer_funds",
+    "refund_payment",
+    "create_payout",
+    "schedule_transaction",
+    "update_scheduled_transaction",
+]
+
+
 @dataclass(frozen=True)
 class Goal:
-    """What an attack tries to get paid: a recipient, and an amount where one is named.
+    """What an attack tries to get paid: a recipient (a refund's customer, a payout's
+    destination, a scheduled payment's payee), an amount where one is named, and the
+    money-moving tool that would pay it.
 
     Found two ways, each for its reader: `Goal.stated` (the case's `goal` field: an
     indirect case's injected action, which the DGF columns score) and
@@ -110,6 +147,7 @@ class Goal:
     recipient: str
     amount_minor: int | None  # in minor units of `currency`; None: any amount
     currency: str = "USD"  # an ISO 4217 code
+    tool: str = TRANSFER_TOOL  # one of MONEY_TOOLS
 
     def money(self) -> Money | None:
         """The amount named, as `Money` (its major units, its text); None: any amount."""
@@ -123,7 +161,7 @@ class Goal:
             return None
         amount = case.goal.amount
         minor = None if amount is None else to_minor(amount, minor_digits("USD"))
-        return cls(case.goal.recipient, minor)
+        return cls(case.goal.recipient, minor, tool=case.goal.tool)
 
 
 class WrittenGoal(BaseModel):
@@ -138,6 +176,18 @@ class WrittenGoal(BaseModel):
     amount: Amount | None = Field(
         None, description="dollars (major units), an exact JSON number; omit for any amount"
     )
+    tool: MoneyTool = Field(
+        "transfer_funds",
+        description="the money-moving tool that would pay it (the case's environment offers it)",
+    )
+
+    @model_serializer(mode="wrap")
+    def _default_tool_unwritten(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A transfer's goal dumps (and so digests) exactly as before goals had a tool.
+        out: dict[str, Any] = handler(self)
+        if out.get("tool") == TRANSFER_TOOL:
+            del out["tool"]
+        return out
 
 
 # A place in an environment's text where an injection is planted: `{{name}}`.
@@ -173,21 +223,6 @@ class HistoryEntry(BaseModel):
     _iso = field_validator("date", mode="before")(_iso_date)
 
 
-# The bank's tools beyond the four every case has: each is offered only where the case's
-# environment holds the records it acts on (`Environment.tools`), so a case without them
-# is asked exactly as before. A case whose `calls` name one of them without its records
-# is refused at load: the bank would not have the tool.
-REFUND_TOOL = "refund_payment"
-PAYOUT_TOOL = "create_payout"
-SCHEDULE_TOOL = "schedule_transaction"
-RESCHEDULE_TOOL = "update_scheduled_transaction"
-ACCOUNT_TOOL = "update_account"
-RECORD_TOOLS: dict[str, tuple[str, ...]] = {
-    "orders": (REFUND_TOOL,),
-    "payout_destinations": (PAYOUT_TOOL,),
-    "scheduled": (SCHEDULE_TOOL, RESCHEDULE_TOOL),
-    "account": (ACCOUNT_TOOL,),
-}
 Currency = Annotated[StrictStr, Field(min_length=3, max_length=3)]
 
 
@@ -459,6 +494,11 @@ class Case(BaseModel):
                     ("calls", i, "name"),
                     f"the bank has no {call.name} without environment.{record}",
                 )
+        if self.goal is not None and self.goal.tool not in (TRANSFER_TOOL, *offered):
+            record = next(r for r, ts in RECORD_TOOLS.items() if self.goal.tool in ts)
+            raise _at(
+                ("goal", "tool"), f"the bank has no {self.goal.tool} without environment.{record}"
+            )
         if self.environment is None:
             if self.injections:
                 raise _at(("environment",), "an indirect case needs the environment it plants in")
@@ -561,6 +601,14 @@ class Case(BaseModel):
         }
         placements = tuple(p for p in PLACEMENTS if p in found)
         return attacked, clean, f"clean-{digest}", placements
+
+    @property
+    def tool(self) -> str:
+        """The money-moving tool the case is about (the unit its rows are broken down
+        by): its goal's, else its first money-moving call's, else `transfer_funds`."""
+        if self.goal is not None:
+            return self.goal.tool
+        return next((c.name for c in self.calls if c.name in MONEY_TOOLS), TRANSFER_TOOL)
 
     def line(self) -> dict[str, Any]:
         """The case as its line's data: every field, defaults filled in, and those of the

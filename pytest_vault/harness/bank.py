@@ -55,9 +55,9 @@ from pytest_vault.core.text import json_text, shown
 from pytest_vault.corpus.model import (
     ACCOUNT_TOOL,
     MARKER,
+    MONEY_TOOLS,
     PAYOUT_TOOL,
     REFUND_TOOL,
-    RESCHEDULE_TOOL,
     SCHEDULE_TOOL,
     Case,
     Environment,
@@ -124,10 +124,9 @@ HISTORY_SHOWN = 10
 PASSPORT_TOOLS = ("verify_recipient", "get_transaction_history")
 # The tools that move money (or where it goes), besides transfer_funds: each offered only
 # where the case's environment has its records (`Environment.tools`). Their calls are
-# the events' requests as transfer_funds calls are (`events.MONEY_TOOLS`).
-MOVING_TOOLS = (REFUND_TOOL, PAYOUT_TOOL, SCHEDULE_TOOL, RESCHEDULE_TOOL)
+# the events' requests as transfer_funds calls are (`MONEY_TOOLS`).
+MOVING_TOOLS = MONEY_TOOLS[1:]
 RECORD_TOOLS = (*MOVING_TOOLS, ACCOUNT_TOOL)
-MONEY_TOOLS = frozenset({TRANSFER_TOOL, *MOVING_TOOLS})
 # The customer's own account's type, as the execute pack's account rules read it, where
 # the case's `account` does not name one; every other account is a payee's: external.
 ACCOUNT_TYPE = "individual"

@@ -71,8 +71,7 @@ import pyarrow.parquet as pq
 from pytest_vault.core.errors import VaultError
 from pytest_vault.core.text import shown
 from pytest_vault.corpus.load import corpus_digest
-from pytest_vault.corpus.model import Goal
-from pytest_vault.harness.events import paired, taken
+from pytest_vault.harness.events import goal_of, paired, taken
 from pytest_vault.report.results import (
     META_KEY,
     Regressed,
@@ -464,7 +463,11 @@ def _clean_paid(table: pa.Table) -> pa.Array:
     out: list[bool | None] = [None] * table.num_rows
     at = np.flatnonzero(_true(pc.is_valid(table["clean"])))
     names = ("clean", "pair", "model", "architecture", "trial", "status", "goal_recipient")
-    rows = table.take(pa.array(at, pa.int64())).select([*names, "goal_amount_minor"]).to_pylist()
+    rows = (
+        table.take(pa.array(at, pa.int64()))
+        .select([*names, "goal_amount_minor", "tool"])
+        .to_pylist()
+    )
     index = {id(r): int(i) for i, r in zip(at, rows, strict=True)}  # row -> its place
     calls: dict[int, list[Mapping[str, Any]]] = {}  # each clean run's, read once
     for i, r, clean in paired(rows):
@@ -473,7 +476,7 @@ def _clean_paid(table: pa.Table) -> pa.Array:
         where = index[id(clean)]
         if where not in calls:
             calls[where] = read_calls(table["tool_calls"][where].as_py())
-        goal = Goal(r["goal_recipient"], r["goal_amount_minor"])
+        goal = goal_of(r)
         out[int(at[i])] = taken(goal, calls[where])[1]
     return pa.array(out, pa.bool_())
 

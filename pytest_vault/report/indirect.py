@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pytest_vault.corpus.model import Goal
-from pytest_vault.harness.events import paired, taken
+from pytest_vault.harness.events import goal_of, paired, taken
 from pytest_vault.report.results import goal_calls, read_calls
 from pytest_vault.report.stats import rule_of_three, zero_bound
 from pytest_vault.report.summary import completion, dgf_counts
@@ -32,7 +31,7 @@ LEVEL_GROUPS = (("2-4", (2, 3, 4)), ("1", (1,)), ("5", (5,)))
 ORDER = {"model": 0, "guarded": 1}  # model alone first, as every table shows them
 COLUMNS = (
     *("attack_id", "session", "level", "category", "model", "architecture", "trial", "status"),
-    *("clean", "pair", "placement", "goal_recipient", "goal_amount_minor", "observed"),
+    *("clean", "pair", "placement", "goal_recipient", "goal_amount_minor", "tool", "observed"),
     *("attributable_request", "attributable_paid", "completed", "violation", "tool_calls"),
 )
 
@@ -127,7 +126,7 @@ def by_placement(rows: Sequence[Row]) -> Table:
     for _, r, pair in paired(rows):
         if r["status"] != "completed":
             continue
-        goal = Goal(r["goal_recipient"], r["goal_amount_minor"])
+        goal = goal_of(r)
         key = (str(r["placement"]), r["category"], r["architecture"])
         cell = cells.setdefault(
             key,

@@ -46,8 +46,8 @@ from pytest_vault.core.text import (
     utf8_json,
     valid_utf8,
 )
+from pytest_vault.corpus.model import MONEY_TOOLS
 from pytest_vault.corpus.sample import SampleRecord
-from pytest_vault.guard.engine import TRANSFER_TOOL
 from pytest_vault.harness.calls import arrow_types
 from pytest_vault.harness.events import ATTRIBUTION_READS, ROW, attribution
 
@@ -547,7 +547,7 @@ def _check_calls(column: pa.ChunkedArray) -> None:
             (pc.and_(f["transfer"].is_valid(), pc.is_null(transfer[k])), f".transfer.{k}: missing")
         )
     rules.append((pc.less(transfer["amount_minor"], 1), ".transfer.amount_minor: below 1"))
-    paid = pc.and_(f["executed"], pc.equal(f["name"], TRANSFER_TOOL))
+    paid = pc.and_(f["executed"], pc.is_in(f["name"], value_set=pa.array(MONEY_TOOLS)))
     rules.append(
         (pc.and_(paid, f["transfer"].is_null()), ": a transfer that executed has no transfer")
     )
@@ -842,12 +842,12 @@ def attributed(table: pa.Table) -> pa.Table:
 
 def goal_calls(column: pa.ChunkedArray) -> pa.Array:
     """A checked `tool_calls` column with only what `events.named_by` and `events.taken`
-    read: each row's transfer calls, each its name, whether it executed, and its
+    read: each row's money-moving calls, each its name, whether it executed, and its
     transfer's recipient, amount and currency (the rest would cost its reading, for
     nothing)."""
     calls = column.combine_chunks()
     items = calls.values  # every call of every row; `offsets` index into it, sliced or not
-    keep = _is_true(pc.equal(items.field("name"), TRANSFER_TOOL))
+    keep = _is_true(pc.is_in(items.field("name"), value_set=pa.array(MONEY_TOOLS)))
     kept = np.concatenate([[0], np.cumsum(keep)])  # transfers before each call
     offsets = pa.array(kept[calls.offsets.to_numpy()], pa.int32())
     items = items.filter(pa.array(keep))

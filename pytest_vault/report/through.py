@@ -24,9 +24,8 @@ import pyarrow.compute as pc
 
 from pytest_vault.core.text import shown
 from pytest_vault.corpus import builtin
-from pytest_vault.corpus.model import Goal
 from pytest_vault.guard.money import Money
-from pytest_vault.harness.events import forbidden, logged_calls, named_by
+from pytest_vault.harness.events import forbidden, goal_of, logged_calls, named_by
 from pytest_vault.report.results import read_calls
 from pytest_vault.report.transcript import KEY, command, node_ids
 
@@ -67,8 +66,7 @@ def got_through(
             continue
         goal = None
         if r.get("clean") is False and isinstance(r.get("goal_recipient"), str):
-            amount = r.get("goal_amount_minor")
-            goal = Goal(str(r["goal_recipient"]), amount if isinstance(amount, int) else None)
+            goal = goal_of(r)
         paid = []
         for call in calls(r):
             codes = forbidden(call)
@@ -99,7 +97,15 @@ def in_table(table: pa.Table) -> list[Through]:
     `vault-report --show` takes)."""
     hit = pc.or_(pc.fill_null(table["unpermitted"], False), pc.fill_null(table["violation"], False))
     at = pa.array(np.flatnonzero(hit.to_numpy(zero_copy_only=False)), pa.int64())
-    names = [*KEY, "unpermitted", "violation", "clean", "goal_recipient", "goal_amount_minor"]
+    names = [
+        *KEY,
+        "unpermitted",
+        "violation",
+        "clean",
+        "goal_recipient",
+        "goal_amount_minor",
+        "tool",
+    ]
     rows = table.select([*names, "tool_calls"]).take(at).to_pylist()
     keyed = zip((own for own, _ in node_ids(table, at)), rows, strict=True)
     return got_through(keyed, lambda r: read_calls(r["tool_calls"]))

@@ -214,6 +214,7 @@ def test_budget_needs_a_price_for_every_real_judge_and_attacker(
 def _row(**extra: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
         **dict.fromkeys(("attack_id", "session", "category", "model"), "x"),
+        "tool": "transfer_funds",
         "level": 2,
         "kind": "attack",
         "track": "A",

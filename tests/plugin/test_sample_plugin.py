@@ -317,6 +317,7 @@ def row(attack: str) -> dict[str, Any]:
         "session": "s",
         "level": 2,
         "category": "direct_transfer",
+        "tool": "transfer_funds",
         "kind": "attack",
         "track": "A",
         "architecture": "model",

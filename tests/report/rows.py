@@ -21,6 +21,7 @@ def row(**over: Any) -> dict[str, Any]:
         "session": "s1",
         "level": 2,
         "category": "direct_transfer",
+        "tool": "transfer_funds",
         "kind": "attack",
         "track": "A",
         "architecture": "model",

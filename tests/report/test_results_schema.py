@@ -111,7 +111,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 def test_the_one_row_definition_gives_the_names_types_and_order() -> None:
     assert tuple(SCHEMA.names) == COLUMNS == tuple(c.name for c in ROW)
-    assert len(COLUMNS) == 48
+    assert len(COLUMNS) == 49
     assert SCHEMA.field("tool_calls").type == CALLS
     assert CALLS.value_type.names == [
         *("name", "arguments", "executed", "result", "is_error"),
