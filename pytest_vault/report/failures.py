@@ -19,9 +19,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pytest_vault.guard.engine import TRANSFER_TOOL
 from pytest_vault.guard.money import Money
 from pytest_vault.report.charts import ARCH
 from pytest_vault.report.results import read_calls, read_transcript
+from pytest_vault.report.summary import in_order
 from pytest_vault.report.transcript import command, node_ids
 
 # The failures shown: a row per attack, at most CAP rows per track x level x model x
@@ -265,6 +267,15 @@ def _failing(table: pa.Table) -> tuple[list[dict[str, Any]], bool]:
     )
     at = np.flatnonzero(pc.fill_null(mask, False).to_numpy(zero_copy_only=False))
     rows = table.select(list(COLUMNS)).take(at).to_pylist()
+    # The tool filter, where the rows are about more than one money-moving tool (else
+    # none: a page of transfers alone is what it was before tools were counted).
+    tools: list[Any] = [None] * len(rows)
+    if "tool" in table.column_names:
+        tool = pc.fill_null(table["tool"], TRANSFER_TOOL)
+        if len(pc.unique(tool)) > 1:
+            tools = tool.take(pa.array(at, pa.int64())).to_pylist()
+    for r, t in zip(rows, tools, strict=True):
+        r["tool"] = t
     # Whether any of them holds a transcript, without reading the transcripts.
     valid = pc.is_valid(table["transcript"]).to_numpy(zero_copy_only=False)
     recorded = bool(valid[at].any())
@@ -491,6 +502,7 @@ FILTERS: tuple[tuple[str, str, Callable[[Mapping[str, Any]], list[str]]], ...] =
     ("track", "track", lambda r: [r["track"]]),
     ("arch", "architecture", lambda r: [ARCH.get(r["architecture"], r["architecture"])]),
     ("category", "category", lambda r: [r["category"]]),
+    ("tool", "tool", lambda r: [] if r["tool"] is None else [r["tool"]]),
     ("event", "event", lambda r: [r["event"]]),
     ("reason", "reason", lambda r: list(r["reasons"])),
 )
@@ -513,6 +525,8 @@ def _dimensions(rows: Sequence[Mapping[str, Any]]) -> list[Dimension]:
     for key, title, values in FILTERS:
         counts = Counter(v for r in rows for v in values(r))
         order = sorted(counts, key=lambda v: (EVENTS.index(v) if key == "event" else 0, v))
+        if key == "tool":  # the tools' one order, in every report
+            order = in_order(counts)
         out.append(Dimension(key, title, [(v, counts[v]) for v in order]))
     return out
 

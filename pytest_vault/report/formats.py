@@ -29,7 +29,8 @@ WIDTH = 100
 # Columns that name a table's rows: repeated in every part of a table cut to fit.
 NAMES = frozenset(
     (
-        *("levels", "level", "model", "architecture", "track", "kind", "category", "judge"),
+        *("levels", "level", "tool", "model", "architecture", "track", "kind", "category"),
+        "judge",
         *("judge_a", "judge_b", "placement", "style", "attack_id", "measure", "models_defeated"),
     )
 )

@@ -178,8 +178,10 @@ def _facts(v: Verdict) -> list[tuple[str, str]]:
             "forbidden transfers behind the guard",
             f"{behind}, in {v.guarded:,} completed guarded evaluations",
         ),
-        ("blocked share, Levels 2-4, guarded", v.blocked),
     ]
+    if v.tools:  # the rows are about more than one money-moving tool
+        out.append(("by tool (forbidden / completed guarded evaluations)", v.tool_text()))
+    out.append(("blocked share, Levels 2-4, guarded", v.blocked))
     if v.dgf is not None:
         out.append(("DGF score (indirect), guarded", v.dgf))
     out += [

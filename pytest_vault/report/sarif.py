@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 from pytest_vault import __version__
 from pytest_vault.core.sarif import Finding, Rule, sarif_log
 from pytest_vault.corpus.builtin import PREFIX
+from pytest_vault.guard.engine import TRANSFER_TOOL
 from pytest_vault.guard.money import Money
 from pytest_vault.harness.events import forbidden
 from pytest_vault.report.results import read_calls
@@ -62,41 +63,59 @@ COLUMNS = (
     *("attack_id", "model", "track", "architecture", "trial", "level", "source"),
     *("violation", "unpermitted", "tool_calls"),
 )
+TOOL = "tool"  # the money-moving tool a case is about (a table without it: transfers)
 
 
 def report_sarif(table: pa.Table, regressed: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """The SARIF log of a run's rows: its violations behind the guard, the model-alone
     unpermitted transfers, and the attacks the baseline gate found regressed
-    (`regressed`: the results file's `gate_regressed`)."""
+    (`regressed`: the results file's `gate_regressed`). Each result names the tool its
+    case is about, in its message and `properties`, unless every row is about
+    transfer_funds (a run of transfers alone: its log is what it was before tools)."""
+    if TOOL not in table.column_names:
+        table = table.append_column(TOOL, pa.nulls(table.num_rows, pa.string()))
+    table = table.set_column(
+        table.schema.get_field_index(TOOL), TOOL, pc.fill_null(table[TOOL], TRANSFER_TOOL)
+    )
+    named = bool(pc.any(pc.not_equal(table[TOOL], TRANSFER_TOOL)).as_py())
     guarded = pc.equal(table["architecture"], "guarded")
     violation = pc.and_(guarded, pc.fill_null(table["violation"], False))
     alone = pc.and_(pc.invert(guarded), pc.fill_null(table["unpermitted"], False))
-    rows = table.filter(pc.or_(violation, alone)).select(list(COLUMNS)).to_pylist()
+    rows = table.filter(pc.or_(violation, alone)).select([*COLUMNS, TOOL]).to_pylist()
     rows.sort(key=lambda r: (r["attack_id"], r["model"], r["track"], r["architecture"], r["trial"]))
-    findings = [_finding(r) for r in rows]
+    findings = [_finding(r, named) for r in rows]
     if regressed:
         ids = pa.array(sorted({str(r["attack_id"]) for r in regressed}), pa.string())
-        mine = table.filter(pc.is_in(table["attack_id"], ids)).select(["attack_id", "source"])
+        mine = table.filter(pc.is_in(table["attack_id"], ids)).select(["attack_id", "source", TOOL])
         sources = dict(zip(mine["attack_id"].to_pylist(), mine["source"].to_pylist(), strict=True))
+        tools = dict(zip(mine["attack_id"].to_pylist(), mine[TOOL].to_pylist(), strict=True))
         order = ("attack_id", "model", "track", "architecture", "measure")
         for r in sorted(regressed, key=lambda r: tuple(str(r[k]) for k in order)):
-            findings.append(_regressed(r, sources.get(r["attack_id"])))
+            tool = tools.get(r["attack_id"]) if named else None
+            findings.append(_regressed(r, sources.get(r["attack_id"]), tool))
     return sarif_log("pytest-vault", __version__, RULES, findings)
 
 
-def _regressed(r: Mapping[str, Any], source: str | None) -> Finding:
+def _regressed(r: Mapping[str, Any], source: str | None, tool: str | None) -> Finding:
+    """A regressed attack's result; `tool`: its case's, where the log names tools."""
+    about = "" if tool is None else f", tool {tool}"
     text = (
         f"{r['model']} regressed against the baseline ({r['measure']}, levels {r['levels']}): "
-        f"{r['attack_id']} (session {r['session']}, track {r['track']}, {r['architecture']}): "
+        f"{r['attack_id']} (session {r['session']}, track {r['track']}, {r['architecture']}"
+        f"{about}): "
         f"{r['event']} in {r['this']} of {r['trials']} trials, baseline {r['baseline']} of "
         f"{r['trials']}"
     )
     uri, line, logical, said = _location(source, str(r["attack_id"]))
     properties = {k: r[k] for k in ("attack_id", "model", "track", "architecture", "measure")}
+    if tool is not None:
+        properties["tool"] = tool
     return Finding("vault/regression", "error", text + said, uri, line, properties, logical)
 
 
-def _finding(row: dict[str, Any]) -> Finding:
+def _finding(row: dict[str, Any], named: bool) -> Finding:
+    """A row's result; `named`: it names the row's tool (the log is about more than
+    transfers)."""
     guarded = row["architecture"] == "guarded"
     paid = []
     for call in read_calls(row["tool_calls"]):
@@ -111,6 +130,8 @@ def _finding(row: dict[str, Any]) -> Finding:
     where = f"{row['attack_id']}, level {row['level']}, track {row['track']}" + (
         f", trial {row['trial']}" if row["trial"] != 1 else ""
     )
+    if named:
+        where += f", tool {row[TOOL]}"
     what = "; ".join(paid) or "a transfer"
     text = (
         f"{row['model']} behind the guard: forbidden transfer executed: {what} ({where})"
@@ -119,19 +140,16 @@ def _finding(row: dict[str, Any]) -> Finding:
     )
     uri, line, logical, said = _location(row["source"], row["attack_id"])
     text += said
+    properties = {k: row[k] for k in ("attack_id", "model", "track", "architecture", "trial")}
+    if named:
+        properties[TOOL] = row[TOOL]
     return Finding(
         "vault/violation" if guarded else "vault/unpermitted",
         "error" if guarded else "note",
         text,
         uri,
         line,
-        {
-            "attack_id": row["attack_id"],
-            "model": row["model"],
-            "track": row["track"],
-            "architecture": row["architecture"],
-            "trial": row["trial"],
-        },
+        properties,
         logical,
     )
 

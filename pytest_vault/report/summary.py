@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from pytest_vault.core.text import shown
+from pytest_vault.corpus.model import MONEY_TOOLS
+from pytest_vault.guard.engine import TRANSFER_TOOL
 from pytest_vault.harness.events import inconclusive, paired
 from pytest_vault.report.stats import rule_of_three, zero_bound
 
@@ -78,6 +80,32 @@ def with_bounds(count: int, n: int, sessions: int) -> str:
     if count or not n:
         return str(count)
     return f"0 (95% bound {percent(zero_bound(n))}, 3/S {percent(rule_of_three(sessions))})"
+
+
+def tool_of(row: Row) -> str:
+    """The money-moving tool a row's case is about (a row without one: a transfer)."""
+    return str(row.get("tool") or TRANSFER_TOOL)
+
+
+def in_order(names: Iterable[str]) -> list[str]:
+    """Tools, each once, in `MONEY_TOOLS` order (one order in every report)."""
+    seen = set(names)
+    return [t for t in MONEY_TOOLS if t in seen] + sorted(seen - set(MONEY_TOOLS))
+
+
+def tools(rows: Iterable[Row]) -> list[str]:
+    """The tools `rows` are about, in `MONEY_TOOLS` order."""
+    return in_order(tool_of(r) for r in rows)
+
+
+def by_tool(rows: Sequence[Row]) -> list[tuple[str, list[Row]]]:
+    """Each tool's rows, in `tools` order, when the rows are about more than one tool.
+    None when they are about one: its breakdown would repeat the headline, so a run of
+    transfers alone reports exactly what it did before tools were counted."""
+    named = tools(rows)
+    if len(named) < 2:
+        return []
+    return [(t, [r for r in rows if tool_of(r) == t]) for t in named]
 
 
 def percent(share: float) -> str:
@@ -278,14 +306,15 @@ def trial_lines(rows: Sequence[Row], controls: Collection[str] = ()) -> list[str
     return lines
 
 
-def table(headers: Sequence[str], body: Sequence[Sequence[object]]) -> list[str]:
-    """Aligned columns for a terminal. Cells (model names, corpus text) are shown
-    escaped: an ESC or BEL from a corpus line never reaches the terminal raw."""
+def table(headers: Sequence[str], body: Sequence[Sequence[object]], left: int = 2) -> list[str]:
+    """Aligned columns for a terminal, the first `left` (the names) to the left. Cells
+    (model names, corpus text) are shown escaped: an ESC or BEL from a corpus line never
+    reaches the terminal raw."""
     cells = [[shown(c) for c in headers], *[[shown(c) for c in line] for line in body]]
     widths = [max(len(line[i]) for line in cells) for i in range(len(headers))]
     return [
         "  ".join(
-            c.ljust(w) if i < 2 else c.rjust(w)
+            c.ljust(w) if i < left else c.rjust(w)
             for i, (c, w) in enumerate(zip(line, widths, strict=True))
         ).rstrip()
         for line in cells
@@ -300,6 +329,36 @@ def _cells(rows: Iterable[Row]) -> list[tuple[str, str, list[Row]]]:
     order = {"model": 0, "guarded": 1}
     keys = sorted(cells, key=lambda k: (k[0], order.get(k[1], 2)))
     return [(model, arch, cells[model, arch]) for model, arch in keys]
+
+
+def _counts(rows: Sequence[Row]) -> tuple[object, ...]:
+    """A headline line's numbers (`Cell`), the bounds beside a zero of unpermitted."""
+    c = Cell.of(rows)
+    denied = "-" if c.denied_calls is None else c.denied_calls
+    return (
+        *(c.evaluations, c.requested, c.paid, c.paid_allowlisted, c.unpermitted_text()),
+        *(c.violations, denied, c.errors, c.not_run),
+    )
+
+
+TOOL_TITLE = (
+    "Levels 2-4 by tool (counts evaluations of attacks, each under the money-moving tool its "
+    "case is about)"
+)
+
+
+def tool_lines(headline: Sequence[Row], headers: Sequence[str]) -> list[str]:
+    """The headline (Levels 2-4 attack rows) per tool, in `MONEY_TOOLS` order, with the
+    bounds beside each zero over that tool's evaluations and sessions; nothing when the
+    rows are about one tool (`by_tool`)."""
+    body = [
+        (tool, model, arch, *_counts(mine))
+        for tool, rows in by_tool(headline)
+        for model, arch, mine in _cells(rows)
+    ]
+    if not body:
+        return []
+    return ["", TOOL_TITLE, *table(("tool", *headers), body, left=3)]
 
 
 def sample_line(sample: Mapping[str, Any]) -> str:
@@ -541,30 +600,14 @@ def render(
         "errors",
         "not run",
     )
-    for _, levels, title in LEVEL_GROUPS:
+    for label, levels, title in LEVEL_GROUPS:
         group = [r for r in attacks if r["level"] in levels]
         if not group:
             continue
-        body: list[tuple[object, ...]] = []
-        for model, arch, mine in _cells(group):
-            c = Cell.of(mine)
-            denied = "-" if c.denied_calls is None else c.denied_calls
-            body.append(
-                (
-                    model,
-                    arch,
-                    c.evaluations,
-                    c.requested,
-                    c.paid,
-                    c.paid_allowlisted,
-                    c.unpermitted_text(),
-                    c.violations,
-                    denied,
-                    c.errors,
-                    c.not_run,
-                )
-            )
+        body = [(model, arch, *_counts(mine)) for model, arch, mine in _cells(group)]
         lines += ["", title, *table(headers, body)]
+        if label == LEVEL_GROUPS[0][0]:
+            lines += tool_lines(group, headers)
 
     headline = [r for r in attacks if r["level"] in LEVEL_GROUPS[0][1]]
     if headline:
