@@ -33,6 +33,13 @@ class LevelSettings(BaseModel):
     max_tokens: Annotated[StrictInt, Field(ge=1)]
     # Stripped before the length check: a prompt of spaces is no prompt.
     system_prompt: Annotated[StrictStr, StringConstraints(strip_whitespace=True, min_length=1)]
+    # `tools.RECORD`: a paragraph the prompt gains for each of the bank's records a
+    # case holds (the record tools it offers, and the level's policy for them); a case
+    # holding none is prompted with `system_prompt` alone.
+    tools: dict[
+        Literal["orders", "payout_destinations", "scheduled", "account"],
+        Annotated[StrictStr, StringConstraints(strip_whitespace=True, min_length=1)],
+    ] = {}
 
 
 class LevelsFile(BaseModel):

@@ -364,6 +364,7 @@ class _ModelConversation:
         self.model, self.ev, self.bank, self.bound = model, ev, bank, bound
         self.messages: list[Message] = []
         self.tools = tools_for(ev.case)
+        self.system = ev.level.prompt_for(ev.case)
         self.tokens_in = self.tokens_out = 0
         self.latency = 0.0
 
@@ -374,7 +375,7 @@ class _ModelConversation:
         for _ in range(self.bound):
             turn = await self.model.respond(
                 ModelRequest(
-                    system=level.system_prompt,
+                    system=self.system,
                     messages=tuple(self.messages),
                     tools=self.tools,
                     temperature=level.temperature,

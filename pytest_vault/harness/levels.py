@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_vault.core.json import sha256
+from pytest_vault.corpus.model import RECORD_TOOLS, Case
 from pytest_vault.guard.folder import LEVELS, SHIPPED, read_levels_file
 from pytest_vault.guard.passport import Passport, read_passport
 
@@ -28,6 +29,19 @@ class Level:
     # "sha256:<hex>" of the bytes parsed, taken when they were read: what was enforced.
     passport_sha256: str
     settings_sha256: str
+    # (record, paragraph) for each of the bank's records the level's prompt describes
+    # (its `tools.RECORD` keys), in `RECORD_TOOLS` order.
+    tools_prompts: tuple[tuple[str, str], ...] = ()
+
+    def prompt_for(self, case: Case) -> str:
+        """The system prompt a model is given on `case`: the level's, and a paragraph for
+        each of the bank's records the case holds (the tools they add, the level's policy
+        for each); a case holding none is given `system_prompt`, byte for byte."""
+        env = case.environment
+        if env is None:
+            return self.system_prompt
+        extra = [text for record, text in self.tools_prompts if getattr(env, record) is not None]
+        return "\n\n".join([self.system_prompt, *extra])
 
 
 def load_levels(folder: str | Path = SHIPPED) -> dict[int, Level]:
@@ -51,6 +65,11 @@ def load_levels(folder: str | Path = SHIPPED) -> dict[int, Level]:
             system_prompt=settings.system_prompt.strip(),
             passport_sha256=digest,
             settings_sha256=sha256(data),
+            tools_prompts=tuple(
+                (record, settings.tools[record].strip())
+                for record in RECORD_TOOLS
+                if record in settings.tools
+            ),
         )
     return levels
 

@@ -215,12 +215,15 @@ class AgentContext:
         max_steps: int,
         tools: tuple[dict[str, Any], ...] = TOOLS,
         trial: int = 1,
+        system_prompt: str | None = None,
     ) -> None:
         self.level: int = level.number
         # Which of the evaluation's independent trials this is (`--vault-trials`): an agent
         # that caches its model's answers keys trial k > 1 apart, as our providers do.
         self.trial: int = trial
-        self.system_prompt: str = level.system_prompt
+        # The level's prompt for this case (`Level.prompt_for`: with a paragraph for each
+        # of the bank's records the case holds), else the level's own.
+        self.system_prompt: str = level.system_prompt if system_prompt is None else system_prompt
         # OpenAI function-tool form; a copy each, so an agent may edit its own. An
         # indirect case with documents adds `read_document`.
         self.tools: list[dict[str, Any]] = [
@@ -337,7 +340,14 @@ class AgentSubject:
         return self._pool
 
     async def converse(self, ev: Evaluation, bank: Bank) -> _AgentConversation:
-        ctx = AgentContext(ev.level, bank, self.max_steps, tools_for(ev.case), ev.trial)
+        ctx = AgentContext(
+            ev.level,
+            bank,
+            self.max_steps,
+            tools_for(ev.case),
+            ev.trial,
+            system_prompt=ev.level.prompt_for(ev.case),
+        )
         talk = _AgentConversation(ctx, self.pool, self.reply_timeout)
         try:
             talk.agent = agent = self.loader.call(ctx)

@@ -227,10 +227,11 @@ def _estimate(
     if isinstance(model, str):
         # No client to build the body with: sized as system prompt, tools and messages.
         tools = tools_for(case)
-        return tokens({"system": level.system_prompt, "tools": tools, "messages": texts}), None
+        system = level.prompt_for(case)
+        return tokens({"system": system, "tools": tools, "messages": texts}), None
     # Exactly the request evaluate() makes for this user message's first step.
     request = ModelRequest(
-        system=level.system_prompt,
+        system=level.prompt_for(case),
         messages=tuple(Message("user", text) for text in texts),
         tools=tools_for(case),
         temperature=level.temperature,

@@ -848,3 +848,24 @@ def test_an_agents_and_a_guards_exceptions_are_redacted_like_a_providers(
     assert calls_of(r)[0]["result"] == f"Transfer declined: {said}"
     logged = [x.getMessage() for x in caplog.records if x.name == "pytest_vault.guard_under_test"]
     assert logged == [f"{said} (tool transfer_funds)"]
+
+
+def test_an_agent_is_prompted_with_the_paragraphs_of_the_records_its_case_holds(
+    pool: concurrent.futures.ThreadPoolExecutor,
+) -> None:
+    """As a model is (`Level.prompt_for`): the refund tool's paragraph where the case holds
+    orders, and the refund tool among the tools."""
+    seen: list[AgentContext] = []
+
+    def make(ctx: AgentContext) -> Calls:
+        seen.append(ctx)
+        return Calls(ctx, [])
+
+    records = {"orders": {"ORD-1": {"customer_id": "CUS-1", "total": 50}}}
+    with_orders = Case.model_validate({**case(3).model_dump(), "environment": records})
+    run(with_orders, make, pool)
+    level = LEVELS[3]
+    assert seen[0].system_prompt == level.prompt_for(with_orders) != level.system_prompt
+    assert seen[0].system_prompt.startswith(level.system_prompt + "\n\n")
+    assert "refund_payment" in seen[0].system_prompt
+    assert [t["function"]["name"] for t in seen[0].tools][-1] == "refund_payment"
