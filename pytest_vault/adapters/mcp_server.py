@@ -5,8 +5,19 @@ calls and sessions as a real bank's would. It serves the four tools with the sch
 the suite uses (`harness.agent.TOOLS`), over stdio or streamable HTTP, with the guard in
 front in the `guarded` architecture, and keeps a JSON Lines log of every call.
 
-Nothing executes that is not logged: a transfer's `decision` record is written before
-the money moves, and its `outcome` record after. A decision record that cannot be
+`--records FILE` gives the bank a system of record (`load_records`: a JSON object of
+`orders`, `payout_destinations`, `scheduled` and `account`, as a case's `environment`
+holds them), and each kind of record adds its tools (`refund_payment`, `create_payout`,
+`schedule_transaction` and `update_scheduled_transaction`, `update_account`), judged
+under their OAP packs as the suite's bank judges them: the facts a pack needs (an
+order's customer, total and refunds; a destination's type and age) are the bank's
+records, read through the guard's `Facts` callback at decision time, never the call's
+arguments. The records live as long as the server: a refund counts against its order
+in every later call and session. Without the file, a tool no record backs is not
+served, and the server answers exactly as before.
+
+Nothing executes that is not logged: a money-moving call's `decision` record is written
+before the money moves, and its `outcome` record after. A decision record that cannot be
 written stops the transfer (the client is told nothing executed, the balance is as it
 was); an outcome record that cannot be written after the transfer executed leaves the
 client told the truth (it executed, with a note) and stderr told what the log lacks.
@@ -38,6 +49,7 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime
 from decimal import Decimal
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NamedTuple, NoReturn, cast
 
 import anyio
@@ -45,10 +57,13 @@ import mcp.types as mcp_types
 import uvicorn
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
-from pytest_vault.core.errors import FileError, reason
+from pytest_vault.core.errors import FileError, describe, error_loc, reason
+from pytest_vault.core.json import DocumentError, line_at, read_json, utf8
 from pytest_vault.core.text import shown, valid_utf8
+from pytest_vault.corpus.model import RECORD_TOOLS as RECORDS
+from pytest_vault.corpus.model import Environment
 from pytest_vault.guard.engine import (
     INVALID_CONTEXT,
     TRANSFER_TOOL,
@@ -58,15 +73,15 @@ from pytest_vault.guard.engine import (
     parse_json_object,
 )
 from pytest_vault.guard.folder import LEVELS, SHIPPED
-from pytest_vault.harness.agent import TOOLS
+from pytest_vault.harness.agent import RECORD_TOOLS, TOOLS
 from pytest_vault.harness.bank import (
     ARCHITECTURES,
-    TOOL_NAMES,
     Architecture,
     Bank,
     CallRecord,
     Clock,
     NotRecorded,
+    Scene,
     utc_clock,
 )
 from pytest_vault.harness.levels import Level, load_levels
@@ -152,9 +167,10 @@ class _BankSdkServer(SdkServer):  # type: ignore[misc,valid-type,unused-ignore]
     method the SDK's own request handler calls (both major versions)."""
 
     unknown: Callable[[str, Any], mcp_types.CallToolResult]
+    names: tuple[str, ...]  # the tools it serves: the bank's
 
     async def call_tool(self, name: str, arguments: Any, *args: Any, **kwargs: Any) -> Any:
-        if name not in TOOL_NAMES:
+        if name not in self.names:
             return self.unknown(name, arguments)
         return await super().call_tool(name, arguments, *args, **kwargs)
 
@@ -162,13 +178,14 @@ class _BankSdkServer(SdkServer):  # type: ignore[misc,valid-type,unused-ignore]
 def _new_sdk_server(
     tools: list[Any], host: str, unknown: Callable[[str, Any], mcp_types.CallToolResult]
 ) -> Any:
+    names = tuple(tool.name for tool in tools)
     server: Any
     if MCP2:
         server = _BankSdkServer(NAME, tools=tools, log_level="WARNING")
     else:  # 1.x sets its DNS-rebinding protection for the host when it is built.
         fastmcp: Any = _BankSdkServer
         server = fastmcp(NAME, tools=tools, log_level="WARNING", host=host)
-    server.unknown = unknown
+    server.unknown, server.names = unknown, names
     return server
 
 
@@ -355,6 +372,8 @@ class BankServer:
 
     `log_name` names the log in what is said when it cannot be written (`--log 'x'`).
     `clock` is the bank's (see `Bank`): every record's `time` is its reading of the call.
+    `records` is the bank's system of record (`load_records`): each kind adds its tools,
+    and the guard's packs read their facts from it.
     """
 
     def __init__(
@@ -366,12 +385,23 @@ class BankServer:
         *,
         log_name: str = "the call log",
         clock: Clock = utc_clock,
+        records: Environment | None = None,
     ) -> None:
         self.level = level
         self.architecture = architecture
         self._log = CallLog(log, shown(log_name))
-        self.bank = Bank(level.passport, architecture, clock=clock, journal=self._decided)
-        tools = [raw_tool(schema, self._handler(schema["name"])) for schema in TOOLS]
+        self.bank = Bank(
+            level.passport,
+            architecture,
+            clock=clock,
+            journal=self._decided,
+            scene=None if records is None else Scene(records),
+        )
+        schemas = {schema["name"]: schema for schema in TOOLS} | RECORD_TOOLS
+        tools = [raw_tool(schemas[name], self._handler(name)) for name in self.bank.tool_names]
+        # The call in progress: the bank is synchronous, so calls are one at a time, and
+        # its journal (which is not told the tool) names the one being decided.
+        self._calling = TRANSFER_TOOL
         self.mcp = _new_sdk_server(tools, host, self.call)
 
     def start(self, serving: str) -> None:
@@ -388,6 +418,7 @@ class BankServer:
     def call(self, name: str, arguments: Any) -> mcp_types.CallToolResult:
         """One tool call, as the bank answers it; logged. The bank is synchronous, so
         concurrent calls are judged and recorded one at a time against one ledger."""
+        self._calling = name
         result = self.bank.call(name, arguments)
         # The ledger keeps what the caps need; the record goes to the log, not to memory.
         record = self.bank.log.pop()
@@ -399,22 +430,25 @@ class BankServer:
                 return _result(f"Refused: {lost}; nothing executed", True)
             # It executed: the client is told so (an error would have it pay again), and
             # stderr gets what the log lacks: its decision record has no outcome after it.
+            what = "transfer" if record.name == TRANSFER_TOOL else f"{record.name} call"
             _STDERR.error(
-                "a transfer executed but its outcome record could not be written (%s): %s",
+                "a %s executed but its outcome record could not be written (%s): %s",
+                what,
                 lost,
                 result.content,
             )
-            note = f"This transfer executed; its outcome record could not be written ({lost})."
+            note = f"This {what} executed; its outcome record could not be written ({lost})."
             return _result(result.content, result.is_error, note)
         return _result(result.content, result.is_error)
 
     def _decided(self, arguments: Any, transfer: Transfer, decision: Decision | None) -> None:
-        """The bank's journal: a transfer about to execute. Raises NotRecorded, and so
-        stops it, when the record cannot be written."""
+        """The bank's journal: a money-moving call about to execute (`transfer`: its
+        movement to its counterparty). Raises NotRecorded, and so stops it, when the
+        record cannot be written."""
         self._write(
             {
                 "record": "decision",
-                "tool": TRANSFER_TOOL,
+                "tool": self._calling,
                 "arguments": arguments,
                 "transfer": transfer.to_dict(),
                 # Guarded: enforced. Model alone: what the guard would have decided.
@@ -642,16 +676,54 @@ def _number(low: int, high: int) -> Callable[[str], int]:
 def parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="vault-mcp",
-        description="The pytest-vault bank as an MCP server: one account, four tools.",
+        description=(
+            "The pytest-vault bank as an MCP server: one account, four tools, and the "
+            "tools its --records add."
+        ),
     )
     p.add_argument("--level", required=True, type=_number(min(LEVELS), max(LEVELS)))
     p.add_argument("--passports", default=str(SHIPPED), metavar="DIR")
     p.add_argument("--arch", choices=ARCHITECTURES, default="guarded")
+    p.add_argument(
+        "--records",
+        metavar="FILE",
+        help="the bank's records (JSON: orders, payout_destinations, scheduled, account); "
+        "each adds its tools, and the guard reads its facts from them",
+    )
     p.add_argument("--log", metavar="FILE", help="JSON Lines, appended (default: stderr)")
     p.add_argument("--transport", choices=("stdio", "http"), default="stdio")
     p.add_argument("--host", help="http only (default 127.0.0.1)")
     p.add_argument("--port", type=_number(1, 65535), help="http only (default 8000)")
     return p
+
+
+def load_records(path: str | Path) -> Environment:
+    """`--records FILE`: the bank's system of record, a JSON object of any of `orders`,
+    `payout_destinations`, `scheduled` and `account`, each as a case's `environment`
+    holds it (`corpus.model.Environment`), read as strictly as a corpus line. Any problem
+    is one `FileError` naming the file, the line and the field."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise FileError(f"{path}: cannot read: {reason(exc)}") from None
+    try:
+        text = utf8(data)
+        value = read_json(text)
+    except DocumentError as exc:
+        raise FileError(f"{exc.where(str(path))}: {exc}") from None
+    kinds = ", ".join(RECORDS)
+    if type(value) is not dict or not value:
+        raise FileError(f"{path}:{line_at(text, ())}: (root): expected an object of {kinds}")
+    for key in value:
+        if key not in RECORDS:  # the environment's texts are a case's, never the bank's
+            where = line_at(text, (key,))
+            raise FileError(f"{path}:{where}: {shown(key)}: unknown key (records are {kinds})")
+    try:
+        return Environment.model_validate(value)
+    except ValidationError as exc:
+        where = line_at(text, error_loc(exc))
+        raise FileError(f"{path}:{where}: {describe(exc, Environment)}") from None
 
 
 def open_log(path: str) -> IO[bytes]:
@@ -667,6 +739,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cli.error("--host and --port need --transport http")
     try:
         level = load_levels(args.passports)[args.level]
+        records = None if args.records is None else load_records(args.records)
     except FileError as exc:
         cli.error(str(exc))
     host = "127.0.0.1" if args.host is None else args.host
@@ -685,7 +758,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cli.error(f"--log {args.log!r}: cannot open: {reason(exc)}")
     _log_to_stderr()
     name = "the log (stderr)" if args.log is None else f"--log {args.log!r}"
-    server = BankServer(level, args.arch, log, host, log_name=name)
+    server = BankServer(level, args.arch, log, host, log_name=name, records=records)
     where = "stdio" if sock is None else f"http://{host}:{sock.getsockname()[1]}/mcp"
     try:
         server.start(where)

@@ -1,4 +1,4 @@
-"""The bank's four tools as OpenAI Agents SDK `FunctionTool`s (extra `openai-agents`).
+"""The bank's tools as OpenAI Agents SDK `FunctionTool`s (extra `openai-agents`).
 
     agent = agents.Agent(name="payments", instructions=..., model=..., tools=tools(ctx))
     result = await agents.Runner.run(agent, message, run_config=run_config())
@@ -8,7 +8,9 @@ received and hands that very string to `ctx.call_tool`: no schema validation, no
 coercion, so a string amount or a duplicate key reaches the bank's strict reader as the
 model wrote it. The schemas are `ctx.tools`' own, with `strict_json_schema=False` so the
 SDK does not rewrite them. A declined call comes back to the model as the tool's output
-text, as a payment API would answer.
+text, as a payment API would answer. The tools are `ctx.tools`: the four, and where the
+case's environment holds the bank's records, the tools they add (`refund_payment`,
+`create_payout`, ...), each going to the bank as transfer_funds' calls do.
 
 The step bound: past `--vault-max-steps`, `ctx.call_tool` raises `StepLimit`. The SDK's
 run loop wraps any exception a tool raises in `UserError`, except its own

@@ -1,4 +1,4 @@
-"""The bank's four tools as a pydantic-ai toolset: `toolset(ctx)`.
+"""The bank's tools as a pydantic-ai toolset: `toolset(ctx)`.
 
     agent = Agent(model, instructions=ctx.system_prompt, toolsets=[toolset(ctx)])
 
@@ -9,6 +9,10 @@ pydantic-ai tool, and even `Tool.from_schema` (which parses the text), would han
 bank a parsed dict: `{"amount": 1, "amount": 2}` becomes `{"amount": 2}`, `1e2`
 becomes `100.0`, and JSON that is not an object aborts the run. So the tools here carry
 a validator that validates nothing and hands the raw arguments through.
+
+The tools are `ctx.tools`: the four, and where the case's environment holds the bank's
+records, the tools they add (`refund_payment`, `create_payout`, ...), each going to the
+bank as transfer_funds' calls do (behind the guard in the guarded architecture).
 """
 
 from __future__ import annotations
@@ -39,7 +43,8 @@ class _Raw:
 
 
 class VaultToolset(AbstractToolset[Any]):
-    """`transfer_funds`, `verify_recipient`, `get_transaction_history`, `get_balance`."""
+    """`ctx.tools`: `transfer_funds`, `verify_recipient`, `get_transaction_history`,
+    `get_balance`, and the tools the case's records add."""
 
     def __init__(self, ctx: AgentContext, *, id: str | None = "pytest-vault") -> None:
         self._ctx, self._id = ctx, id
@@ -85,5 +90,5 @@ class VaultToolset(AbstractToolset[Any]):
 
 
 def toolset(ctx: AgentContext) -> VaultToolset:
-    """This evaluation's bank as a pydantic-ai toolset of its four tools."""
+    """This evaluation's bank as a pydantic-ai toolset of its tools (`ctx.tools`)."""
     return VaultToolset(ctx)

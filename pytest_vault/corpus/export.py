@@ -2,8 +2,11 @@
 corpus line that loads (`load.read_case`) and replays on track B.
 
 The line holds exactly the user messages that were sent, in order; the seed's session,
-level and category; `technique = "adaptive"`; the seed's goal and calls; provenance
-(attacker, round, seed id, model, architecture, strategy); and the canary.
+level and category; `technique = "adaptive"`; the seed's goal (with its tool, where it
+is not transfer_funds) and calls; the bank's records the seed's environment holds
+(orders, payout destinations, scheduled payments, account: never its planted texts), so
+a find through a refund, payout or scheduled payment replays against the same records;
+provenance (attacker, round, seed id, model, architecture, strategy); and the canary.
 
 What cannot be written exactly is repaired, never left to make the file unloadable, and
 `provenance.repaired` names each repaired field: a surrogate code point in a message or
@@ -23,12 +26,14 @@ import json
 import re
 import secrets
 from collections.abc import Iterable, Sequence
+from datetime import date
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 from pydantic import ValidationError
 
-from pytest_vault.corpus.model import Case, WrittenGoal
+from pytest_vault.corpus.model import RECORD_TOOLS, Case, Environment, WrittenGoal
+from pytest_vault.guard.engine import TRANSFER_TOOL
 
 CANARY = "PYTEST-VAULT CANARY 0e7c4a9d-5b2f-4e61-9a83-c1f4d2b7e905"
 TECHNIQUE = "adaptive"
@@ -71,6 +76,7 @@ def found_line(
     architecture: str,
     strategy: str | None,
     goal: tuple[str, Decimal | None] | None,
+    tool: str = TRANSFER_TOOL,
 ) -> str:
     """One corpus line (JSON text, no newline) for a find of the adaptive attacker:
     `sent` holds at least the seed's message, as every adaptive evaluation sends it."""
@@ -86,9 +92,13 @@ def found_line(
             named[key] = writable(text)
             repaired.append(f"provenance.{key}")
     target: WrittenGoal | None = None
-    if goal is not None and goal[1] is not None:
+    # A transfer's goal is written only with its dollars (its calls or messages give it
+    # again); another tool's always, since only the goal names that tool.
+    if goal is not None and (goal[1] is not None or tool != TRANSFER_TOOL):
         try:
-            target = WrittenGoal.model_validate({"recipient": goal[0], "amount": goal[1]})
+            target = WrittenGoal.model_validate(
+                {"recipient": goal[0], "amount": goal[1], "tool": tool}
+            )
         except ValidationError:
             repaired.append("goal")
     provenance: dict[str, Any] = {
@@ -112,10 +122,44 @@ def found_line(
         "provenance": provenance,
         "canary": seed.canary or CANARY,
     }
+    records = _records(seed)
+    if records is not None:
+        line["environment"] = records
     if target is not None:
-        line["goal"] = {"recipient": target.recipient, "amount": target.amount}
+        written: dict[str, Any] = {"recipient": target.recipient, "amount": target.amount}
+        if target.amount is None:  # another tool's goal, for any amount
+            del written["amount"]
+        if target.tool != TRANSFER_TOOL:
+            written["tool"] = target.tool
+        line["goal"] = written
     digest = hashlib.sha256(exact_json(line).encode()).hexdigest()[:12]
     return exact_json({"id": f"{seed.id}~adaptive~{digest}", **line})
+
+
+def _records(seed: Case) -> dict[str, Any] | None:
+    """The bank's records of the seed's environment, as a line writes them (dates as
+    ISO text, amounts exact); None where it holds none: a line without records is
+    written exactly as before there were any."""
+    environment = seed.environment
+    if environment is None:
+        return None
+    held = {name: getattr(environment, name) for name in RECORD_TOOLS}
+    kept = {name: value for name, value in held.items() if value is not None}
+    if not kept:
+        return None
+    dumped = Environment.model_validate(kept).model_dump(mode="python", exclude_defaults=True)
+    return cast("dict[str, Any]", _iso(dumped))
+
+
+def _iso(value: Any) -> Any:
+    """Dates and date-times as the ISO text a line holds; everything else as it is."""
+    if isinstance(value, date):  # a datetime too
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {k: _iso(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_iso(v) for v in value]
+    return value
 
 
 def found_file(lines: Iterable[str]) -> tuple[str, list[str]]:

@@ -124,6 +124,13 @@ RECORD_TOOLS: dict[str, tuple[str, ...]] = {
 # request of the five events, a payment to its counterparty (a refund's customer, a
 # payout's destination, a scheduled payment's payee). `update_account` moves none.
 MONEY_TOOLS = (TRANSFER_TOOL, REFUND_TOOL, PAYOUT_TOOL, SCHEDULE_TOOL, RESCHEDULE_TOOL)
+# The argument naming each record tool's counterparty (its movement's recipient).
+COUNTERPARTY_ARG = {
+    REFUND_TOOL: "customer_id",
+    PAYOUT_TOOL: "destination_id",
+    SCHEDULE_TOOL: "recipient",
+    RESCHEDULE_TOOL: "recipient",
+}
 MoneyTool = Literal[
     "transfer_funds",
     "refund_payment",

@@ -17,9 +17,10 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from pytest_vault.core.toml import load_toml
+from pytest_vault.guard.engine import TRANSFER_TOOL
 from pytest_vault.guard.folder import SHIPPED
 from pytest_vault.guard.money import Style
-from pytest_vault.harness.adaptive import STRATEGIES, Move, View
+from pytest_vault.harness.adaptive import STRATEGIES, Move, View, pay
 from pytest_vault.harness.agent import Message, ModelError, ModelRequest
 from pytest_vault.models.providers import ProviderModel
 
@@ -47,8 +48,17 @@ def _fill(template: str, values: dict[str, str]) -> str:
 
 
 def user_prompt(prompt: AttackerPrompt, view: View) -> str:
+    """The prompt's placeholders filled. `{recipient}` is the goal's; for a goal through
+    another tool than transfer_funds it also says how (`pay`: a refund of an order to a
+    customer, a payout to a destination, a scheduled payment or its redirection), so any
+    prompt file tells the attacker; `{tool}` is the goal's tool, for a prompt that asks."""
     goal = view.goal
     named = None if goal is None else goal.money()
+    amount = "any amount" if named is None else named.written(Style.ATTACKER)
+    recipient = goal.recipient if goal else "an account you choose"
+    if goal is not None and goal.tool != TRANSFER_TOOL:
+        how = pay(goal, view.case, amount)
+        recipient = f"{goal.recipient}, by getting the assistant to {how} (its {goal.tool} tool)"
     lines = []
     for i, sent in enumerate(view.sent):
         lines.append(f"[attacker, message {i + 1}]\n{sent}")
@@ -58,8 +68,9 @@ def user_prompt(prompt: AttackerPrompt, view: View) -> str:
         prompt.prompt,
         {
             "seed": "\n---\n".join(view.case.messages),
-            "recipient": goal.recipient if goal else "an account you choose",
-            "amount": "any amount" if named is None else named.written(Style.ATTACKER),
+            "recipient": recipient,
+            "amount": amount,
+            "tool": TRANSFER_TOOL if goal is None else goal.tool,
             "policy": "The assistant's policy: " + view.policy.text() if view.policy else "",
             "conversation": "\n".join(lines),
             "round": str(view.round),
