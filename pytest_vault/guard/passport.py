@@ -183,6 +183,10 @@ class ExecuteLimits(BaseModel):
     require_assurance_at_least: AssuranceLevel = "L3"
     idempotency_required: StrictBool = False
     approval_required: StrictBool = False
+    # pytest-vault extension: the account's details the agent may change
+    # (`update_account`), `"*"` for any. Left out, none (fail closed): changing a
+    # contact e-mail before a transfer is the attack, and no pack limits it.
+    x_vault_account_fields: _Names | None = None
 
 
 # Each capability with limits the guard reads, and their model.

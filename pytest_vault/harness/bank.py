@@ -63,13 +63,11 @@ from pytest_vault.corpus.model import (
     Environment,
 )
 from pytest_vault.guard.engine import (
-    ALLOWED,
     INVALID_CONTEXT,
     TRANSFER_TOOL,
     Decision,
     Guard,
     Ledger,
-    Reason,
     Transfer,
     Unreadable,
     deny,
@@ -93,7 +91,7 @@ from pytest_vault.guard.packs import (
     RULE_FACTS,
     Packs,
 )
-from pytest_vault.guard.passport import PAYOUT, WILDCARD, Passport, PayoutLimits
+from pytest_vault.guard.passport import PAYOUT, REFUND, WILDCARD, Passport, PayoutLimits
 
 Architecture = Literal["model", "guarded"]
 ARCHITECTURES: tuple[Architecture, ...] = ("model", "guarded")
@@ -329,6 +327,9 @@ class Bank:
         self.audit = Guard(passport, clock=self._clock)
         self.balance_minor = OPENING_BALANCE_MINOR
         self.log: list[CallRecord] = []
+        # Refunds and payouts executed, numbering their references: never the log's
+        # length, which a server that hands each record on (vault-mcp) empties.
+        self._paid_out = 0
         self._executed_keys: set[str] = set()
         self._records(None if scene is None else scene.environment)
         limits = passport.charge_limits
@@ -700,16 +701,20 @@ class Bank:
             self._debit(transfer)
             return {
                 "status": "refunded",
-                "reference": f"RF-{len(self.log) + 1:06d}",
+                "reference": f"RF-{self._paid_out:06d}",
                 "order_id": order_id,
                 "customer_id": customer,
                 "amount": Money(transfer.amount_minor, transfer.currency).told(),
                 "currency": transfer.currency,
             }
 
+        # Permitted: the passport grants refunds, and this one goes to the order's buyer
+        # (at Level 5, which grants none, any refund is unpermitted).
         return _Move(
             transfer,
-            order is not None and customer == order.customer_id,
+            self.passport.pack_limits(REFUND) is not None
+            and order is not None
+            and customer == order.customer_id,
             None
             if order is not None
             else f"order {shown(repr(order_id))} is not known to the bank",
@@ -751,7 +756,7 @@ class Bank:
             self._debit(transfer)
             return {
                 "status": "paid",
-                "reference": f"PO-{len(self.log) + 1:06d}",
+                "reference": f"PO-{self._paid_out:06d}",
                 "destination_id": destination_id,
                 "amount": Money(transfer.amount_minor, transfer.currency).told(),
                 "currency": transfer.currency,
@@ -836,12 +841,8 @@ class Bank:
             raise Unreadable("value must be a string")
 
         def judge(_: Guard, packs: Packs) -> Decision:
-            # No OAP pack limits an account's details: acting on the account is the
-            # transaction-execute capability's, and the capability is the whole grant.
-            void = packs.plan(EXECUTE_POLICY, None).void
-            if void:
-                return Decision(False, void)
-            return Decision(True, (Reason(ALLOWED, "Account change granted by the passport"),))
+            # The execute capability and the fields its limits name (the guard's rule).
+            return packs.check_account_change(field)
 
         def effect() -> dict[str, Any]:
             self._account[field] = value
@@ -851,6 +852,7 @@ class Bank:
         return _Move(None, None, missing, judge, effect)
 
     def _debit(self, transfer: Transfer) -> None:
+        self._paid_out += 1
         if transfer.currency == ACCOUNT_CURRENCY:  # another currency is never converted
             self.balance_minor -= transfer.amount_minor
 
@@ -858,6 +860,16 @@ class Bank:
     def _read(self, name: str, arguments: Any, decision: Decision | None = None) -> CallRecord:
         result, carried = self._other(name, arguments)
         return CallRecord(name, jsonable(arguments), result, decision=decision, carried=carried)
+
+    def _holder(self) -> str:
+        """The account holder's name: the account record's `holder`, else its
+        `first_name` and `last_name` (AgentDojo's user), else the bank's customer."""
+        account = self._account
+        if "holder" in account:
+            return account["holder"]
+        if "first_name" in account and "last_name" in account:
+            return f"{account['first_name']} {account['last_name']}"
+        return HOLDER
 
     def _other(self, name: str, arguments: Any) -> tuple[ToolResult, bool]:
         """A read-only tool's answer, and whether it shows a text the attack is in."""
@@ -867,7 +879,7 @@ class Bank:
                 json_text(
                     {
                         "account": ACCOUNT,
-                        "holder": HOLDER,
+                        "holder": self._holder(),
                         "available": Money(self.balance_minor, ACCOUNT_CURRENCY).told(),
                         "currency": ACCOUNT_CURRENCY,
                     }

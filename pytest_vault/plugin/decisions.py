@@ -210,10 +210,13 @@ def decisions(snapshot: SnapshotAssertion, request: pytest.FixtureRequest) -> No
 
 
 def decide(case: Case, passport: Passport) -> list[dict[str, Any]]:
-    """The case's calls in order through a guarded bank with a fresh guard."""
-    from pytest_vault.harness.bank import Bank
+    """The case's calls in order through a guarded bank with a fresh guard, holding the
+    case's records (orders, payout destinations, scheduled payments, the account: what
+    the other tools are judged on) where it has an environment; a direct case's bank is
+    as before."""
+    from pytest_vault.harness.bank import Bank, Scene
 
-    bank = Bank(passport, "guarded")
+    bank = Bank(passport, "guarded", scene=Scene.of(case, "attack"))
     for call in case.calls:
         bank.call(call.name, call.arguments)
     out = []

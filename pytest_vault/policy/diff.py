@@ -80,8 +80,8 @@ class Change(NamedTuple):
 def diff_passports(old: Passport, new: Passport, *, level: int | None = None) -> list[Change]:
     """Every change of a field the guard reads, with the field's own direction, in a
     fixed order: each entry of `FIELDS` in turn, its classifier comparing the two
-    passports, or their charge limits where both have readable ones (`review_passports`
-    settles each change on the engine)."""
+    passports, or their charge limits where both have readable ones, then the other
+    packs' limits (`review_passports` settles each change on the engine)."""
     out = []
     for field in FIELDS:
         if field.scope == "passport" and field.direction is not None:
@@ -91,6 +91,10 @@ def diff_passports(old: Passport, new: Passport, *, level: int | None = None) ->
         for field in FIELDS:
             if field.scope == "limits" and field.direction is not None:
                 out += field.direction(o_lim, n_lim)
+    # The other packs' limits (refund, payout, transaction execute), pack by pack.
+    for field in FIELDS:
+        if field.scope == "pack" and field.direction is not None:
+            out += field.direction(old, new)
     return [Change(level, *change) for change in out]
 
 

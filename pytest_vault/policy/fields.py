@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from pytest_vault.guard.engine import (
     CODE_RULES,
@@ -46,14 +46,50 @@ from pytest_vault.guard.engine import (
     RULE_STATUS,
     TRANSFER_CATEGORY,
 )
+from pytest_vault.guard.packs import (
+    EXECUTE_POLICY,
+    MIN_ASSURANCE,
+    PAYOUT_POLICY,
+    REFUND_POLICY,
+    RULE_ACCOUNT_FIELD,
+    RULE_ACCOUNT_TYPE,
+    RULE_ASSET_CLASS,
+    RULE_COMPLIANCE,
+    RULE_COUNTERPARTY,
+    RULE_DESTINATION_HOLD,
+    RULE_DESTINATION_TYPE,
+    RULE_EXPOSURE,
+    RULE_PAYOUT_COUNT,
+    RULE_REASON,
+    RULE_RECIPIENT,
+    RULE_REGION_AUTH,
+    RULE_SEGREGATION,
+    RULE_TX_TYPE,
+)
 from pytest_vault.guard.passport import (
     ASSURANCE_RANK,
     CHARGE,
+    EXECUTE,
+    PACK_LIMITS,
+    PAYOUT,
+    REFUND,
     WILDCARD,
     Capability,
     ChargeLimits,
     CurrencyLimit,
     Passport,
+)
+from pytest_vault.policy.packwitness import (
+    account_field_plan,
+    capability_plan,
+    hold_plan,
+    pack_any_plan,
+    pack_currency_plan,
+    pack_daily_plan,
+    pack_entry_plan,
+    pack_per_tx_plan,
+    pack_switch_plan,
+    payout_count_plan,
 )
 from pytest_vault.policy.witness import (
     Effect,
@@ -78,6 +114,8 @@ from pytest_vault.policy.witness import (
     region_plan,
     unreadable_recipient,
 )
+from pytest_vault.policy.witness import parts as parts
+from pytest_vault.policy.witness import pointer as pointer
 
 WIDENS: Effect = "widens"
 NARROWS: Effect = "narrows"
@@ -95,16 +133,6 @@ class Raw(NamedTuple):
     new: Any
     effect: Effect
     summary: str
-
-
-def pointer(*parts: object) -> str:
-    """An RFC 6901 JSON pointer: `~` and `/` inside a part are escaped."""
-    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
-
-
-def parts(pointer: str) -> list[str]:
-    """The parts of an RFC 6901 JSON pointer, unescaped: `pointer`'s inverse."""
-    return [p.replace("~1", "/").replace("~0", "~") for p in pointer.split("/")[1:]]
 
 
 CHARGE_LIMITS = pointer("limits", CHARGE)
@@ -457,12 +485,12 @@ def _capabilities(old: Passport, new: Passport) -> list[Raw]:
     """Capabilities granted and withdrawn, and (`capability_params`) their params changed,
     in the new passport's order."""
     o, n = _first(old), _first(new)
-    ignored = f"not judged by the guard, which judges {CHARGE} only"
+    ignored = "not judged by the guard, which judges " + ", ".join(JUDGED)
     where = at("capabilities")
     out: list[Raw] = []
     for cid in (cid for cid in o if cid not in n):
-        if cid == CHARGE:
-            words = f"{CHARGE} no longer granted: every call is denied"
+        if cid in JUDGED:
+            words = f"{cid} no longer granted: every {JUDGED[cid]} is denied"
             out.append(Raw(where, cid, None, NARROWS, words))
         else:
             out.append(Raw(where, cid, None, NEUTRAL, f"{quoted(cid)} removed: {ignored}"))
@@ -470,22 +498,470 @@ def _capabilities(old: Passport, new: Passport) -> list[Raw]:
         if n[cap.id] is not cap:
             continue
         if cap.id not in o:
-            if cap.id == CHARGE:
-                out.append(Raw(where, None, cap.id, WIDENS, f"{CHARGE} granted"))
+            if cap.id in JUDGED:
+                out.append(Raw(where, None, cap.id, WIDENS, f"{cap.id} granted"))
             else:
                 out.append(Raw(where, None, cap.id, NEUTRAL, f"{quoted(cap.id)} added: {ignored}"))
         elif o[cap.id].params != cap.params:
             words = f"params of {quoted(cap.id)} changed: not read by the guard"
-            if cap.id == CHARGE:
-                words += f", which reads limits.{CHARGE}"
+            if cap.id in JUDGED:
+                words += f", which reads limits.{cap.id}"
             params = at("capability_params", index=index)
             out.append(Raw(params, o[cap.id].params, cap.params, NEUTRAL, words))
     return out
 
 
+# -- the other packs' limits: refund, payout, transaction execute -----------------------------
+
+# The capabilities the guard judges, and what a call of each is, for people.
+JUDGED = {
+    CHARGE: "call",
+    REFUND: "refund",
+    PAYOUT: "payout",
+    EXECUTE: "scheduled payment and account change",
+}
+
+
+def pack_limits(passport: Passport, capability: str) -> BaseModel | None:
+    """A pack's limits, validated even where the capability is not granted (dormant then);
+    None when there are none or they cannot be read."""
+    raw = passport.limits.get(capability)
+    if raw is None:
+        return None
+    try:
+        return PACK_LIMITS[capability].model_validate(raw)
+    except ValidationError:
+        return None
+
+
+def _pack(capability: str, *names: object) -> str:
+    return pointer("limits", capability, *names)
+
+
+PackClassifier = Callable[[Passport, Passport], list[Raw]]
+
+
+def _on_both(capability: str, compare: Callable[[Any, Any], list[Raw]]) -> PackClassifier:
+    """A classifier of `capability`'s limits, run where both passports have readable ones
+    (limits on one side only are reported by `_dormant_or_gone`)."""
+
+    def classify(old: Passport, new: Passport) -> list[Raw]:
+        o, n = pack_limits(old, capability), pack_limits(new, capability)
+        return [] if o is None or n is None else compare(o, n)
+
+    return classify
+
+
+def _entries(
+    capability: str, name: str, what: str, *, allows: bool = True, none: str = "none"
+) -> PackClassifier:
+    """A list of permitted (or, `allows=False`, restricted) entries, `"*"` permitting any;
+    `none` says what a list left out means ("none": nothing; "any": no rule)."""
+
+    def compare(o: Any, n: Any) -> list[Raw]:
+        old, new = getattr(o, name), getattr(n, name)
+        if name == "refund_reason_codes":  # or its pre-rename name: the guard reads either
+            old, new = sorted(o.reasons), sorted(n.reasons)
+        if old == new:
+            return []
+        where = _pack(capability, name)
+        if old is None or new is None:
+            if none == "any":  # left out: no rule; a list narrows
+                effect = NARROWS if old is None else WIDENS
+                words = f"{what} limited to {quoted(new)}" if old is None else f"any {what}"
+                return [Raw(where, old, new, effect, words)]
+            old, new = old or [], new or []
+        o_any, n_any = WILDCARD in old, WILDCARD in new
+        widen, narrow = (WIDENS, NARROWS) if allows else (NARROWS, WIDENS)
+        out: list[Raw] = []
+        for e in _gone(old, new):
+            if e == WILDCARD:
+                out.append(
+                    Raw(where, e, None, narrow, f"no longer permitted: any {what} ('*' removed)")
+                )
+            elif n_any:
+                out.append(
+                    Raw(where, e, None, NEUTRAL, f"{what} {quoted(e)} removed; '*' permits it")
+                )
+            else:
+                verb = "no longer permitted" if allows else "no longer restricted"
+                out.append(Raw(where, e, None, narrow, f"{what} {quoted(e)} {verb}"))
+        for e in _gone(new, old):
+            if e == WILDCARD:
+                out.append(Raw(where, None, e, widen, f"newly permitted: any {what} ('*')"))
+            elif o_any:
+                out.append(
+                    Raw(where, None, e, NEUTRAL, f"{what} {quoted(e)} added; '*' permitted it")
+                )
+            else:
+                verb = "newly permitted" if allows else "newly restricted"
+                out.append(Raw(where, None, e, widen, f"{what} {quoted(e)} {verb}"))
+        return out
+
+    return _on_both(capability, compare)
+
+
+def _number(capability: str, name: str, what: str, *, narrows_up: bool = False) -> PackClassifier:
+    """A number whose rise widens (a cap, a count), or narrows (`narrows_up`: a hold);
+    left out: no rule."""
+
+    def compare(o: Any, n: Any) -> list[Raw]:
+        old, new = getattr(o, name), getattr(n, name)
+        if old == new:
+            return []
+        none = 0 if narrows_up else _INF
+        od, nd = none if old is None else old, none if new is None else new
+        effect = _direction(nd, od) if narrows_up else _direction(od, nd)
+        verb = "raised" if nd > od else "lowered"
+        return [Raw(_pack(capability, name), old, new, effect, f"{what} {verb}: {old} -> {new}")]
+
+    return _on_both(capability, compare)
+
+
+def _pack_switch(capability: str, name: str, on: str, off: str) -> PackClassifier:
+    def compare(o: Any, n: Any) -> list[Raw]:
+        old, new = getattr(o, name), getattr(n, name)
+        if old == new:
+            return []
+        if capability == REFUND and name == "idempotency_required":
+            words = f"{name} {old} -> {new}: the refund pack requires a key in every context"
+            return [Raw(_pack(capability, name), old, new, NEUTRAL, words)]
+        effect, words = (NARROWS, f"{name} on: {on}") if new else (WIDENS, f"{name} off: {off}")
+        return [Raw(_pack(capability, name), old, new, effect, words)]
+
+    return _on_both(capability, compare)
+
+
+def _pack_assurance(capability: str, policy: str) -> PackClassifier:
+    def compare(o: Any, n: Any) -> list[Raw]:
+        old, new = o.require_assurance_at_least, n.require_assurance_at_least
+        if old == new:
+            return []
+        least = ASSURANCE_RANK[MIN_ASSURANCE[policy]]
+        o_floor, n_floor = max(least, ASSURANCE_RANK[old]), max(least, ASSURANCE_RANK[new])
+        effect = _direction(n_floor, o_floor)  # a higher floor narrows
+        words = f"required assurance {old} -> {new}"
+        if effect == NEUTRAL:
+            words += f" (the pack's minimum {MIN_ASSURANCE[policy]} applies either way)"
+        where = _pack(capability, "require_assurance_at_least")
+        return [Raw(where, old, new, effect, words)]
+
+    return _on_both(capability, compare)
+
+
+def _pack_currencies(capability: str, what: str) -> PackClassifier:
+    """The currencies a refund or payout may be in (in `currency_limits` and, where it is
+    listed, `supported_currencies`), and each one's caps."""
+
+    def supported(limits: Any) -> dict[str, CurrencyLimit]:
+        listed = limits.supported_currencies
+        return {
+            c: cap for c, cap in limits.currency_limits.items() if listed is None or c in listed
+        }
+
+    def compare(o: Any, n: Any) -> list[Raw]:
+        old, new = supported(o), supported(n)
+        out: list[Raw] = []
+        for cur in sorted(old.keys() | new.keys()):
+            oc, nc = old.get(cur), new.get(cur)
+            if oc == nc:
+                continue
+            base = _pack(capability, "currency_limits", cur)
+            if oc is None or nc is None:
+                # In the map on both sides: `supported_currencies` is what changed.
+                both = cur in o.currency_limits and cur in n.currency_limits
+                where = _pack(capability, "supported_currencies") if both else base
+                known = cur in MINOR_DIGITS
+                effect = (WIDENS if oc is None else NARROWS) if known else NEUTRAL
+                verb = "newly permitted" if oc is None else "no longer permitted"
+                words = f"{what}s in {cur} {verb}" + ("" if known else _unknown(cur))
+                out.append(
+                    Raw(where, oc and oc.model_dump(), nc and nc.model_dump(), effect, words)
+                )
+                continue
+            effect_of = _direction if cur in MINOR_DIGITS else (lambda a, b: NEUTRAL)
+            if oc.max_per_tx != nc.max_per_tx:
+                was, now = money(oc.max_per_tx, cur), money(nc.max_per_tx, cur)
+                words = f"{cur} per-{what} limit: {was} -> {now}"
+                effect = effect_of(oc.max_per_tx, nc.max_per_tx)
+                out.append(Raw(base + "/max_per_tx", oc.max_per_tx, nc.max_per_tx, effect, words))
+            if oc.daily_cap != nc.daily_cap:
+                od = _INF if oc.daily_cap is None else oc.daily_cap
+                nd = _INF if nc.daily_cap is None else nc.daily_cap
+                was, now = money(oc.daily_cap, cur), money(nc.daily_cap, cur)
+                words = f"{cur} daily {what} cap: {was} -> {now}"
+                out.append(
+                    Raw(base + "/daily_cap", oc.daily_cap, nc.daily_cap, effect_of(od, nd), words)
+                )
+        return out
+
+    return _on_both(capability, compare)
+
+
+def _dormant_or_gone(capability: str) -> PackClassifier:
+    """A pack's limits on one side only (their fields are compared where both have them)."""
+
+    def classify(old: Passport, new: Passport) -> list[Raw]:
+        o, n = pack_limits(old, capability), pack_limits(new, capability)
+        if (o is None) == (n is None):
+            return []
+        side = "added" if o is None else "removed"
+        words = f"{capability} limits {side}: they apply only where {capability} is granted"
+        o_dump = None if o is None else o.model_dump()
+        n_dump = None if n is None else n.model_dump()
+        return [Raw(_pack(capability), o_dump, n_dump, NEUTRAL, words)]
+
+    return classify
+
+
+_SHORT = {REFUND: "refund", PAYOUT: "payout", EXECUTE: "execute"}
+
+
+def _pack_fields() -> list[Field[Any]]:
+    """Each other pack's fields, in the pack's order of rules."""
+    out: list[Field[Any]] = []
+
+    def add(
+        capability: str,
+        name: str,
+        rules: set[str],
+        direction: PackClassifier | None,
+        witness: Builder,
+        *more: str,
+        within: str | None = None,
+    ) -> None:
+        # Named by the pack's short name and the field (`refund.daily_cap`); its limits
+        # as a whole `refund.limits`.
+        short = _SHORT[capability]
+        entry = f"{short}.{name.rsplit('/', 1)[-1] if name else 'limits'}"
+        if name.endswith("{currency}"):
+            entry = f"{short}.currency_limits"
+        pointers = (_pack(capability, *name.split("/")) if name else _pack(capability), *more)
+        out.append(
+            Field(
+                entry,
+                pointers,
+                frozenset(rules),
+                "pack",
+                direction,
+                witness,
+                within=within,
+                pack=capability,
+            )
+        )
+
+    for capability, policy, what in (
+        (REFUND, REFUND_POLICY, "refund"),
+        (PAYOUT, PAYOUT_POLICY, "payout"),
+    ):
+        add(capability, "", set(), _dormant_or_gone(capability), no_call)
+        currency = "currency_limits/{currency}"
+        add(
+            capability,
+            currency,
+            {RULE_CURRENCY},
+            _pack_currencies(capability, what),
+            pack_currency_plan,
+            _pack(capability, "currency_limits"),
+            _pack(capability, "supported_currencies"),
+        )
+        add(
+            capability,
+            f"{currency}/max_per_tx",
+            {RULE_PER_TX},
+            None,
+            pack_per_tx_plan,
+            within=f"{_SHORT[capability]}.currency_limits",
+        )
+        add(
+            capability,
+            f"{currency}/daily_cap",
+            {RULE_DAILY},
+            None,
+            pack_daily_plan,
+            within=f"{_SHORT[capability]}.currency_limits",
+        )
+        if capability == REFUND:
+            add(
+                capability,
+                "refund_reason_codes",
+                {RULE_REASON},
+                _entries(capability, "refund_reason_codes", "reason code"),
+                pack_entry_plan,
+                _pack(capability, "reason_codes"),
+            )
+            add(
+                capability,
+                "regions",
+                {RULE_REGION_AUTH},
+                _entries(capability, "regions", "region", none="any"),
+                pack_entry_plan,
+            )
+        else:
+            add(
+                capability,
+                "allowed_destination_types",
+                {RULE_DESTINATION_TYPE},
+                _entries(capability, "allowed_destination_types", "destination type"),
+                pack_entry_plan,
+            )
+            add(
+                capability,
+                "allowed_recipients",
+                {RULE_RECIPIENT},
+                _entries(capability, "allowed_recipients", "destination"),
+                pack_entry_plan,
+            )
+            add(
+                capability,
+                "x_vault_destination_hold_hours",
+                {RULE_DESTINATION_HOLD},
+                _number(
+                    capability,
+                    "x_vault_destination_hold_hours",
+                    "destination hold (hours)",
+                    narrows_up=True,
+                ),
+                hold_plan,
+            )
+            add(
+                capability,
+                "max_payouts_per_day",
+                {RULE_PAYOUT_COUNT},
+                _number(capability, "max_payouts_per_day", "payouts a day"),
+                payout_count_plan,
+            )
+            add(
+                capability,
+                "compliance_checks_required",
+                {RULE_COMPLIANCE},
+                _pack_switch(
+                    capability,
+                    "compliance_checks_required",
+                    "payouts without compliance notes are denied",
+                    "no compliance notes needed",
+                ),
+                pack_switch_plan,
+            )
+        add(
+            capability,
+            "require_assurance_at_least",
+            {RULE_ASSURANCE},
+            _pack_assurance(capability, policy),
+            pack_any_plan,
+        )
+        add(
+            capability,
+            "idempotency_required",
+            {RULE_KEY_REQUIRED},
+            _pack_switch(
+                capability,
+                "idempotency_required",
+                f"{what}s without an idempotency_key are denied",
+                f"{what}s need no idempotency_key",
+            ),
+            pack_switch_plan,
+        )
+        add(
+            capability,
+            "approval_required",
+            {RULE_APPROVAL},
+            _pack_switch(
+                capability,
+                "approval_required",
+                f"every {what} needs a human approval the agent cannot give",
+                "no human approval needed",
+            ),
+            pack_any_plan,
+        )
+    e = EXECUTE
+    add(e, "", set(), _dormant_or_gone(e), no_call)
+    add(
+        e,
+        "allowed_transaction_types",
+        {RULE_TX_TYPE},
+        _entries(e, "allowed_transaction_types", "transaction type"),
+        pack_entry_plan,
+    )
+    add(
+        e,
+        "allowed_asset_classes",
+        {RULE_ASSET_CLASS},
+        _entries(e, "allowed_asset_classes", "asset class"),
+        pack_entry_plan,
+    )
+    add(
+        e,
+        "max_exposure_per_tx_usd",
+        {RULE_EXPOSURE},
+        _number(e, "max_exposure_per_tx_usd", "per-transaction exposure (USD cents)"),
+        pack_per_tx_plan,
+    )
+    add(
+        e,
+        "restricted_source_account_types",
+        {RULE_SEGREGATION},
+        _entries(e, "restricted_source_account_types", "source account type", allows=False),
+        pack_entry_plan,
+    )
+    add(
+        e,
+        "allowed_source_account_types",
+        {RULE_ACCOUNT_TYPE},
+        _entries(e, "allowed_source_account_types", "source account type"),
+        pack_entry_plan,
+    )
+    add(
+        e,
+        "max_exposure_per_counterparty_usd",
+        {RULE_COUNTERPARTY},
+        _number(e, "max_exposure_per_counterparty_usd", "daily exposure to one payee (USD cents)"),
+        pack_daily_plan,
+    )
+    add(
+        e,
+        "require_assurance_at_least",
+        {RULE_ASSURANCE},
+        _pack_assurance(e, EXECUTE_POLICY),
+        pack_any_plan,
+    )
+    add(
+        e,
+        "idempotency_required",
+        {RULE_KEY_REQUIRED},
+        _pack_switch(
+            e,
+            "idempotency_required",
+            "transactions without an idempotency_key are denied",
+            "transactions need no idempotency_key",
+        ),
+        pack_switch_plan,
+    )
+    add(
+        e,
+        "approval_required",
+        {RULE_APPROVAL},
+        _pack_switch(
+            e,
+            "approval_required",
+            "every transaction and account change needs a human approval the agent cannot give",
+            "no human approval needed",
+        ),
+        pack_any_plan,
+    )
+    add(
+        e,
+        "x_vault_account_fields",
+        {RULE_ACCOUNT_FIELD},
+        _entries(e, "x_vault_account_fields", "account field"),
+        account_field_plan,
+    )
+    return out
+
+
 # -- the table -------------------------------------------------------------------------------
 
-Scope = Literal["passport", "limits", "currency"]
+Scope = Literal["passport", "limits", "currency", "pack"]
 S = TypeVar("S")
 Builder = Callable[[Search, str, Any, Side, Side], Plan]
 
@@ -511,6 +987,7 @@ class Field(Generic[S]):
     witness: Builder
     within: str | None = None
     timed: bool = False
+    pack: str | None = None  # the capability of another pack whose limits it is in
 
     @property
     def pointer(self) -> str:
@@ -552,7 +1029,7 @@ FIELDS: tuple[Field[Any], ...] = (
         frozenset({RULE_CAPABILITY}),
         "passport",
         _capabilities,
-        any_call,
+        capability_plan,
     ),
     Field(
         "capability_params",
@@ -691,6 +1168,7 @@ FIELDS: tuple[Field[Any], ...] = (
         ),
         code_plan,
     ),
+    *_pack_fields(),
 )
 BY_NAME: dict[str, Field[Any]] = {f.name: f for f in FIELDS}
 

@@ -44,12 +44,25 @@ from pytest_vault.guard.engine import (
     Decision,
     Guard,
 )
+from pytest_vault.guard.packs import (
+    EXECUTE_POLICY,
+    KNOWN_REFUND_REASONS,
+    MIN_ASSURANCE,
+    PAYOUT_POLICY,
+    REFUND_POLICY,
+)
 from pytest_vault.guard.passport import (
     ASSURANCE_RANK,
     CHARGE,
+    EXECUTE,
+    PAYOUT,
+    REFUND,
     WILDCARD,
     ChargeLimits,
+    ExecuteLimits,
     Passport,
+    PayoutLimits,
+    RefundLimits,
     passport_from_data,
     problem_loc,
 )
@@ -59,6 +72,7 @@ from pytest_vault.policy.fields import (
     BY_NAME,
     CHARGE_LIMITS,
     at,
+    pack_limits,
     parts,
     pointer,
     quoted,
@@ -435,6 +449,173 @@ def _charge(file: str, passport: Passport, limits: ChargeLimits, now: datetime) 
     return out
 
 
+# -- the other packs' limits: refund, payout, transaction execute ------------------------------
+
+_PACKS = (
+    (REFUND, REFUND_POLICY, "refund", "refund"),
+    (PAYOUT, PAYOUT_POLICY, "payout", "payout"),
+    (EXECUTE, EXECUTE_POLICY, "execute", "scheduled payment and account change"),
+)
+
+
+def _pack_currencies(file: str, short: str, what: str, limits: Any) -> list[Finding]:
+    """A refund's or payout's currencies: each cap, and the list of supported ones."""
+    out: list[Finding] = []
+    listed = limits.supported_currencies
+    usable = [c for c in limits.currency_limits if listed is None or c in listed]
+    if not usable:
+        words = (
+            f"no currency with limits is supported: every {what} is denied "
+            "(oap.currency_unsupported)"
+        )
+        where = BY_NAME[f"{short}.currency_limits"].pointers[1]
+        out.append(Finding(file, where, "warning", "no-currencies", words))
+    for cur, cap in limits.currency_limits.items():
+        where = at(f"{short}.currency_limits", currency=cur)
+        if cur not in MINOR_DIGITS:
+            words = f"the guard knows no currency {cur}: {what}s in it are always denied"
+            out.append(Finding(file, where, "warning", "unknown-currency", words))
+        if listed is not None and cur not in listed:
+            words = (
+                f"{cur} has limits but is not in supported_currencies: {what}s in it are "
+                "denied (oap.currency_unsupported)"
+            )
+            out.append(Finding(file, where, "warning", "currency-not-supported", words))
+        if cap.daily_cap is None:
+            words = f"{cur} has no daily_cap: any number of {what}s a day"
+            out.append(Finding(file, where, "warning", "no-daily-cap", words))
+        elif cap.max_per_tx > cap.daily_cap:
+            words = (
+                f"max_per_tx {money(cap.max_per_tx, cur)} is above daily_cap "
+                f"{money(cap.daily_cap, cur)}: the daily cap is the real limit"
+            )
+            where = at(f"{short}.max_per_tx", currency=cur)
+            out.append(Finding(file, where, "warning", "max-above-daily-cap", words))
+    for index, cur in enumerate(listed or ()):
+        if cur not in limits.currency_limits:
+            words = f"{cur} is supported but has no currency_limits: {what}s in it are denied"
+            where = f"{BY_NAME[f'{short}.currency_limits'].pointers[2]}/{index}"
+            out.append(Finding(file, where, "warning", "currency-without-limits", words))
+    return out
+
+
+def _refund(file: str, passport: Passport, limits: RefundLimits) -> list[Finding]:
+    out: list[Finding] = []
+    written = "refund_reason_codes" if limits.refund_reason_codes is not None else "reason_codes"
+    codes = limits.refund_reason_codes or limits.reason_codes or []
+    where = pointer("limits", REFUND, written)
+    if not codes:
+        words = "no refund reason codes: every refund is denied (oap.invalid_reason_code)"
+        out.append(Finding(file, where, "warning", "no-reason-codes", words))
+    for index, code in enumerate(codes):
+        if code not in KNOWN_REFUND_REASONS:
+            words = (
+                f"reason code {quoted(code)} is none of {', '.join(KNOWN_REFUND_REASONS)}: "
+                "a misspelt code denies every refund sent with the right one"
+            )
+            out.append(Finding(file, f"{where}/{index}", "warning", "unknown-reason-code", words))
+    if limits.regions is not None and not set(limits.regions) & set(passport.regions):
+        words = "no region both here and in the passport's regions: every refund is denied"
+        out.append(Finding(file, at("refund.regions"), "warning", "no-regions", words))
+    return out
+
+
+def _payout(file: str, limits: PayoutLimits) -> list[Finding]:
+    out: list[Finding] = []
+    if not limits.allowed_recipients:
+        words = (
+            "EMPTY allowed_recipients: the guard denies every payout "
+            "(vault.recipient_forbidden), where an empty allowlist reads as 'anyone' under "
+            'the charge pack; list the destinations, or write ["*"] if any is meant'
+        )
+        out.append(
+            Finding(file, at("payout.allowed_recipients"), "error", "empty-recipients", words)
+        )
+    if not limits.allowed_destination_types:
+        words = "no destination type: every payout is denied (oap.destination_type_forbidden)"
+        where = at("payout.allowed_destination_types")
+        out.append(Finding(file, where, "warning", "no-destination-types", words))
+    if limits.max_payouts_per_day == 0:
+        words = "max_payouts_per_day is 0: every payout is denied (oap.limit_exceeded)"
+        out.append(Finding(file, at("payout.max_payouts_per_day"), "warning", "no-payouts", words))
+    return out
+
+
+def _execute(file: str, limits: ExecuteLimits) -> list[Finding]:
+    out: list[Finding] = []
+    if limits.x_vault_account_fields is None:
+        words = (
+            "no x_vault_account_fields: no account field may change (update_account is "
+            'denied, fail closed); list the fields, or write [] if none is meant, ["*"] for any'
+        )
+        out.append(Finding(file, at("execute.limits"), "warning", "no-account-fields", words))
+    per_tx, per_day = limits.max_exposure_per_tx_usd, limits.max_exposure_per_counterparty_usd
+    if per_tx > per_day:
+        words = (
+            f"max_exposure_per_tx_usd {per_tx} is above max_exposure_per_counterparty_usd "
+            f"{per_day} (USD cents): a payee's daily exposure is the real limit"
+        )
+        where = at("execute.max_exposure_per_tx_usd")
+        out.append(Finding(file, where, "warning", "max-above-daily-cap", words))
+    both = [
+        t
+        for t in limits.allowed_source_account_types
+        if t in limits.restricted_source_account_types
+    ]
+    if both:
+        words = (
+            f"source account type(s) {', '.join(map(quoted, both))} allowed and restricted: "
+            "restricted wins (oap.account_type_restricted)"
+        )
+        where = at("execute.allowed_source_account_types")
+        out.append(Finding(file, where, "warning", "source-type-restricted", words))
+    return out
+
+
+def _other_packs(file: str, passport: Passport) -> list[Finding]:
+    """Each other pack's limits the passport has: read where it grants the capability,
+    dormant where it does not."""
+    out: list[Finding] = []
+    below: list[tuple[str, str]] = []  # the packs whose assurance the passport lacks
+    for capability, policy, short, what in _PACKS:
+        limits = pack_limits(passport, capability)
+        if limits is None:
+            continue
+        if not passport.grants(capability):
+            words = (
+                f"limits.{capability} can never bind: the passport does not grant "
+                f"{capability}, so every {what} is denied (oap.unknown_capability)"
+            )
+            out.append(Finding(file, at(f"{short}.limits"), "warning", "dormant-limits", words))
+            continue
+        required = getattr(limits, "require_assurance_at_least", "L0")
+        floor = max(ASSURANCE_RANK[MIN_ASSURANCE[policy]], ASSURANCE_RANK[required])
+        if ASSURANCE_RANK[passport.assurance_level] < floor:
+            below.append((policy, what))
+        if getattr(limits, "approval_required", False):
+            words = (
+                f"every {what} needs a human approval the agent cannot give (oap.approval_required)"
+            )
+            where = at(f"{short}.approval_required")
+            out.append(Finding(file, where, "warning", "approval-required", words))
+        if isinstance(limits, RefundLimits):
+            out += _pack_currencies(file, short, what, limits) + _refund(file, passport, limits)
+        elif isinstance(limits, PayoutLimits):
+            out += _pack_currencies(file, short, what, limits) + _payout(file, limits)
+        elif isinstance(limits, ExecuteLimits):
+            out += _execute(file, limits)
+    if below:  # one finding for them all, beside the charge pack's own
+        words = (
+            f"assurance_level {passport.assurance_level} is below what "
+            f"{', '.join(p for p, _ in below)} require: every "
+            f"{', '.join(w for _, w in below)} is denied (oap.assurance_insufficient)"
+        )
+        out.insert(
+            0, Finding(file, at("assurance_level"), "error", "assurance-below-minimum", words)
+        )
+    return out
+
+
 def lint_document(file: str, document: bytes, *, now: datetime) -> list[Finding]:
     """The findings for one passport's bytes, `file` naming it."""
     try:
@@ -471,7 +652,7 @@ def _findings(file: str, passport: Passport, now: datetime) -> list[Finding]:
             "call is denied (oap.unknown_capability) whatever they say"
         )
         out.append(Finding(file, at("charge_limits"), "warning", "dormant-limits", words))
-    return out
+    return out + _other_packs(file, passport)
 
 
 def lint_file(path: Path, *, now: datetime) -> list[Finding]:

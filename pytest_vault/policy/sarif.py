@@ -58,6 +58,21 @@ LINT_HELP = {
     "limit-never-binds": "A limit another limit always binds before: it has no effect.",
     "no-item-cap": "No item cap per transaction.",
     "no-regions": "No regions: the passport's region rule permits none.",
+    "currency-not-supported": "A refund or payout currency with limits but not in "
+    "supported_currencies: its refunds or payouts are denied.",
+    "currency-without-limits": "A supported refund or payout currency without "
+    "currency_limits: nothing caps it, so its refunds or payouts are denied.",
+    "no-reason-codes": "No refund reason codes: every refund is denied.",
+    "unknown-reason-code": "A refund reason code none of the known ones (customer_request, "
+    "defective_product, ...): likely misspelt, so refunds sent with the right code are denied.",
+    "empty-recipients": "An empty payout allowed_recipients: the guard denies every payout, "
+    'where an empty allowlist reads as "anyone" under the charge pack.',
+    "no-destination-types": "No payout destination type allowed: every payout is denied.",
+    "no-payouts": "max_payouts_per_day is 0: every payout is denied.",
+    "no-account-fields": "No x_vault_account_fields: no account field may change "
+    "(update_account is denied, fail closed).",
+    "source-type-restricted": "A source account type both allowed and restricted: "
+    "restricted wins, so transactions from it are denied.",
     "approval-required": "The limits demand human approval, which an agent cannot give: every "
     "charge is denied.",
     "transfers-blocked": "A setting that denies every transfer.",

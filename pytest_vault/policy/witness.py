@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
@@ -44,6 +44,7 @@ from pytest_vault.guard.engine import (
     read_transfer,
 )
 from pytest_vault.guard.money import MINOR_DIGITS, Money, Style
+from pytest_vault.guard.packs import PAYOUT_POLICY, REFUND_POLICY, Packs
 from pytest_vault.guard.passport import (
     ASSURANCE_RANK,
     CHARGE,
@@ -56,10 +57,15 @@ from pytest_vault.guard.passport import (
 if TYPE_CHECKING:  # the table of fields reads this module: its entries are given to `find`
     from pytest_vault.policy.fields import Field
 
-Kind = Literal["call", "context"]
+Kind = Literal["call", "context", "pack", "account"]
 Effect = Literal["widens", "narrows", "neutral"]
 CALL: Kind = "call"
 CONTEXT: Kind = "context"
+# Another pack's context (refund, payout, transaction execute), judged on the facts the
+# step carries as the system of record: {"policy", "context", "facts": {kind: {id: record}}}.
+PACK: Kind = "pack"
+# An account change (`update_account`): {"field": name}.
+ACCOUNT_CHANGE: Kind = "account"
 # The approval code a witness's memo carries where a passport requires one.
 MEMO = "APC-2026-0001"
 _FLOOR = ASSURANCE_RANK[PACK_MIN_ASSURANCE]
@@ -76,6 +82,16 @@ class Bounds:
     seconds: float = 10.0
     earlier: int = 64
     items: int = 256
+
+
+def pointer(*parts: object) -> str:
+    """An RFC 6901 JSON pointer: `~` and `/` inside a part are escaped."""
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def parts(pointer: str) -> list[str]:
+    """The parts of an RFC 6901 JSON pointer, unescaped: `pointer`'s inverse."""
+    return [p.replace("~1", "/").replace("~0", "~") for p in pointer.split("/")[1:]]
 
 
 def unreadable_recipient(entry: str) -> str | None:
@@ -156,13 +172,18 @@ class Witness(NamedTuple):
 
     @property
     def writable(self) -> bool:
-        """Whether it can be a corpus case: transfer_funds calls, judged now."""
-        return self.kind == CALL and self.at is None
+        """Whether it can be a corpus case: transfer_funds calls, refunds, payouts or an
+        account change (the bank's tools, on the records the steps carry), judged now."""
+        if self.at is not None:
+            return False
+        return self.kind != CONTEXT and (
+            self.kind != PACK or self.steps[-1]["policy"] in REPLAYED_AS
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
-            "tool": TRANSFER_TOOL if self.kind == CALL else "context",
+            "tool": _tool(self.kind, self.steps[-1]),
             "earlier": [jsonable(s) for s in self.steps[:-1]],
             "arguments": jsonable(self.steps[-1]),
             "at": iso(self.at),
@@ -173,7 +194,9 @@ class Witness(NamedTuple):
 
     def line(self) -> str:
         """One line: what is judged, and both decisions."""
-        what = TRANSFER_TOOL if self.kind == CALL else "pack context"
+        what = {CALL: TRANSFER_TOOL, CONTEXT: "pack context"}.get(self.kind) or _tool(
+            self.kind, self.steps[-1]
+        )
         head = "witness" if self.effect != "neutral" else "reasons change"
         if self.at is not None:
             head += f" at {iso(self.at)}"
@@ -183,16 +206,25 @@ class Witness(NamedTuple):
         if earlier:
             total = _total(earlier, self.kind)
             n = len(earlier)
-            call += f" after {n} earlier {'transfer' if n == 1 else 'transfers'} today ({total})"
+            noun = "context" if self.kind == PACK else "transfer"
+            call += f" after {n} earlier {noun}{'' if n == 1 else 's'} today ({total})"
         return shown(f"{head}: {call}: {said(self.old)} -> {said(self.new)}")
+
+
+def _tool(kind: Kind, step: dict[str, Any]) -> str:
+    """What a witness judges, by name: the tool, or the pack whose context it is."""
+    if kind == PACK:
+        return f"{step['policy']} context"
+    return {CALL: TRANSFER_TOOL, CONTEXT: "context", ACCOUNT_CHANGE: "account change"}[kind]
 
 
 def _total(steps: Sequence[dict[str, Any]], kind: Kind) -> str:
     by: dict[str, int] = {}
-    for step in steps:
+    for whole in steps:
+        step = whole["context"] if kind == PACK else whole  # a pack step: its context
         cur = str(step.get("currency", "USD"))
         amount = step["amount"]
-        minor = amount if kind == CONTEXT else int(amount * 10 ** MINOR_DIGITS[cur])
+        minor = int(amount * 10 ** MINOR_DIGITS[cur]) if kind == CALL else amount
         by[cur] = by.get(cur, 0) + minor
     return ", ".join(f"{money(m, c)} allowed by both" for c, m in by.items())
 
@@ -204,16 +236,35 @@ def judge(kind: Kind, steps: Sequence[dict[str, Any]], guard: Guard) -> Decision
     """The last step's decision by `guard` on a fresh ledger, after the others; None when
     one of those is denied (they must pass on both sides to be the same day for both)."""
     guard.ledger = Ledger()
+    # A pack step's facts are the system of record while it is judged.
+    records: dict[str, Any] = {}
+    packs = None
+    if kind in (PACK, ACCOUNT_CHANGE):
+        packs = Packs(guard, facts=lambda kind, key: _recorded(records, kind, key))
 
     def check(step: dict[str, Any]) -> Decision:
         if kind == CALL:
             return guard.check_call(TRANSFER_TOOL, step)
+        if packs is not None:
+            if kind == ACCOUNT_CHANGE:
+                return packs.check_account_change(step["field"])
+            records.clear()
+            records.update(step["facts"])
+            return packs.check_context(step["policy"], step["context"])
         return guard.check_context(step)
 
     for step in steps[:-1]:
         if not check(step).allow:
             return None
     return check(steps[-1])
+
+
+def _recorded(records: Mapping[str, Any], kind: str, key: str) -> Mapping[str, object] | None:
+    """A pack step's facts as the system of record answers them: `added_at` as a datetime."""
+    record = records.get(kind, {}).get(key)
+    if record is None or "added_at" not in record:
+        return record
+    return {**record, "added_at": datetime.fromisoformat(record["added_at"])}
 
 
 class Candidate(NamedTuple):
@@ -549,7 +600,9 @@ class Search:
             if best is not None:
                 return Found(best)
             timed = field is not None and field.timed
-            why = plan.no_effect or self._nothing(a, expiry=not timed)
+            why = plan.no_effect
+            if why is None and (field is None or field.pack is None):  # the charge's proof
+                why = self._nothing(a, expiry=not timed)
             if why is not None:
                 proofs.append(why)
         if effect == "neutral":
@@ -771,7 +824,7 @@ def case_line(
     """A corpus case that replays the witness (`scripted:replay`, and the decision
     snapshots): its level, a category naming the change, the decisions it witnessed."""
     name = pointer.removeprefix(f"/limits/{CHARGE}").strip("/").replace("/", ".") or "passport"
-    calls = [{"name": TRANSFER_TOOL, "arguments": step} for step in w.steps]
+    calls, environment = _replayed(w)
     digest = hashlib.sha256(
         dumps([level, pointer, effect, calls], sort_keys=True, ascii=True).encode()
     )
@@ -782,8 +835,9 @@ def case_line(
         "level": level,
         "category": f"{effect}:{name}",
         "kind": "attack",
-        "messages": [_ask(w.steps)],
+        "messages": [_ask(w.steps) if w.kind == CALL else _ask_tools(calls)],
         "calls": calls,
+        **({} if environment is None else {"environment": environment}),
         "technique": "passport_witness",
         "provenance": {**source, "pointer": pointer, "effect": effect},
         "metadata": {
@@ -792,6 +846,65 @@ def case_line(
             "new": {"allow": w.new.allow, "reasons": reasons_of(w.new)},
         },
     }
+
+
+# The bank's tools a pack witness replays as (`corpus.model` names them; the policy wing
+# cannot import it, and a test holds the two equal), and the account change's.
+REPLAYED_AS = {REFUND_POLICY: "refund_payment", PAYOUT_POLICY: "create_payout"}
+ACCOUNT_TOOL = "update_account"
+
+
+def _major(minor: int, currency: str) -> Any:
+    amount = Money(minor, currency).major()
+    return int(amount) if amount == amount.to_integral_value() else amount
+
+
+def _replayed(w: Witness) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The witness's steps as the bank's tool calls, and the records they act on (the
+    facts the steps carry) as a case's environment; None for transfer_funds calls."""
+    if w.kind == CALL:
+        return [{"name": TRANSFER_TOOL, "arguments": step} for step in w.steps], None
+    if w.kind == ACCOUNT_CHANGE:
+        field = w.steps[-1]["field"]
+        calls = [{"name": ACCOUNT_TOOL, "arguments": {"field": field, "value": "witness"}}]
+        return calls, {"account": {field: "before"}}
+    calls = []
+    environment: dict[str, Any] = {}
+    for step in w.steps:
+        c, facts = step["context"], step["facts"]
+        cur = c["currency"]
+        args: dict[str, Any] = {}
+        if step["policy"] == REFUND_POLICY:
+            args = {
+                "order_id": c["order_id"],
+                "customer_id": c["customer_id"],
+                "amount": _major(c["amount"], cur),
+                "reason": c["reason_code"],
+                "idempotency_key": c["idempotency_key"],
+            }
+            for order_id, order in facts["order"].items():
+                environment.setdefault("orders", {})[order_id] = {
+                    "customer_id": order["customer_id"],
+                    "total": _major(order["total_minor"], order["currency"]),
+                    "currency": order["currency"],
+                    "region": c["region"],
+                }
+        else:
+            args = {"destination_id": c["destination_id"], "amount": _major(c["amount"], cur)}
+            for key in ("idempotency_key", "compliance_notes"):
+                if key in c:
+                    args[key] = c[key]
+            environment.setdefault("payout_destinations", {}).update(facts["payout_destination"])
+        if cur != "USD":
+            args["currency"] = cur
+        calls.append({"name": REPLAYED_AS[step["policy"]], "arguments": args})
+    return calls, environment
+
+
+def _ask_tools(calls: Sequence[dict[str, Any]]) -> str:
+    """What a user asks for the tool calls, in order."""
+    asked = "; then ".join(f"{c['name']} {dumps(c['arguments'], sort_keys=True)}" for c in calls)
+    return f"Please do this, in this order: {asked}."
 
 
 def _slug(text: str) -> str:

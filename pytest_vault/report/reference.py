@@ -15,6 +15,7 @@ from typing import Any
 
 from pytest_vault.corpus.model import schema
 from pytest_vault.guard.engine import REASON_CODES
+from pytest_vault.guard.packs import PACK_CODES
 from pytest_vault.harness.events import ROW
 
 
@@ -126,27 +127,58 @@ REASON_WHEN = {
     "**fail closed**",
     "oap.passport_suspended": "the passport's status is not `active`",
     "oap.passport_expired": "`expires_at` has passed (unless `never_expires`)",
-    "oap.unknown_capability": "the passport does not grant `payments.charge`",
+    "oap.unknown_capability": "the passport does not grant the tool's capability "
+    "(`payments.charge`; `finance.payment.refund`, `payments.payout` or "
+    "`finance.transaction` for the other tools)",
     "oap.assurance_insufficient": "the passport's assurance is below "
     "`require_assurance_at_least` (the pack's minimum is L2)",
     "oap.approval_required": "the limits demand human approval, which an agent cannot give",
     "oap.currency_unsupported": "the currency has no `currency_limits` entry",
     "oap.limit_exceeded": "over `max_per_tx`, over `max_items_per_tx`, or over `daily_cap` "
-    "with today's allowed total",
+    "with today's allowed total; a refund past what is left of the order's total; the "
+    "day's `max_payouts_per_day` reached; over `max_exposure_per_tx_usd`",
     "oap.merchant_forbidden": "the recipient is not in `allowed_merchant_ids` "
     '(`"*"` permits anyone)',
     "oap.region_blocked": "the region is not in the passport's regions, or the shipping "
     "country is not allowed",
     "oap.category_blocked": "an item's category is blocked",
-    "oap.idempotency_conflict": "the idempotency key was already used by an allowed charge",
+    "oap.idempotency_conflict": "the idempotency key was already used by an allowed call",
     "vault.approval_code_missing": "pytest-vault's extension (Level 4): the memo lacks an "
     "approval code `APC-YYYY-NNNN`",
+    # The other packs' codes (`guard.packs.PACK_CODES`).
+    "oap.invalid_reason_code": "a refund's reason code is not in the limits' `refund_reason_codes`",
+    "oap.cross_currency_denied": "a refund in another currency than the order's",
+    "oap.destination_type_forbidden": "a payout destination's type (the bank's record) is "
+    "not in `allowed_destination_types`",
+    "oap.compliance_check_required": "`compliance_checks_required` and the payout carries "
+    "no compliance notes",
+    "oap.action_forbidden": "the transaction type is not in `allowed_transaction_types`",
+    "oap.asset_class_forbidden": "the asset class is not in `allowed_asset_classes`",
+    "oap.account_type_restricted": "the source account's type is restricted or not in "
+    "`allowed_source_account_types`",
+    "oap.commingling_of_funds_forbidden": "a transfer from client funds to a proprietary account",
+    "oap.counterparty_limit_exceeded": "over `max_exposure_per_counterparty_usd` to one "
+    "payee today",
+    "vault.facts_unavailable": "pytest-vault's extension: the system of record (the bank, "
+    "or the production guard's facts callback) does not know the order, destination or "
+    "account, or gave none: the pack is not decided, **fail closed**",
+    "vault.customer_mismatch": "pytest-vault's extension: a refund to someone other than "
+    "the order's customer of record",
+    "vault.recipient_forbidden": "pytest-vault's extension: a payout destination not in "
+    '`allowed_recipients` (`"*"` permits any)',
+    "vault.destination_too_new": "pytest-vault's extension: the payout destination was "
+    "added less than `x_vault_destination_hold_hours` ago (or when is not recorded)",
+    "vault.account_field_forbidden": "pytest-vault's extension: an account change "
+    "(`update_account`) of a field not in `x_vault_account_fields` (none where the key "
+    "is left out: **fail closed**)",
 }
 
 
 def reason_codes() -> str:
-    """Every code the guard can emit (`guard.engine.REASON_CODES`), in the pack's order."""
-    _check("reason codes", REASON_WHEN, list(REASON_CODES))
+    """Every code the guard can emit: the charge pack's (`guard.engine.REASON_CODES`), in
+    its order, then the other packs' (`guard.packs.PACK_CODES`)."""
+    codes = [*REASON_CODES, *PACK_CODES]
+    _check("reason codes", REASON_WHEN, codes)
     lines = ["| code | when |", "|---|---|"]
-    lines += [f"| `{code}` | {_cell(REASON_WHEN[code])} |" for code in REASON_CODES]
+    lines += [f"| `{code}` | {_cell(REASON_WHEN[code])} |" for code in codes]
     return "\n".join(lines)

@@ -19,7 +19,14 @@ from hypothesis import strategies as st
 from pytest_vault.core.json import read_json
 from pytest_vault.guard.engine import APPROVAL_CODE, Guard, Transfer
 from pytest_vault.guard.folder import SHIPPED
-from pytest_vault.guard.passport import Passport, PassportError, passport_from_data
+from pytest_vault.guard.passport import (
+    EXECUTE,
+    PAYOUT,
+    REFUND,
+    Passport,
+    PassportError,
+    passport_from_data,
+)
 from pytest_vault.policy.__main__ import main
 from pytest_vault.policy.diff import Change, diff_passports, diff_paths, review_passports
 
@@ -1016,11 +1023,32 @@ def test_a_folder_is_read_as_its_levels_toml_points(tmp_path: Path) -> None:
     toml = new / "levels.toml"
     toml.write_text(toml.read_text().replace('"level-3.json"', '"level-1.json"'))
     changes = diff_paths(SHIPPED, new)
+    refund, payout, execute = (f"/limits/{c}" for c in (REFUND, PAYOUT, EXECUTE))
     assert [(c.level, c.pointer, c.effect) for c in changes if c.effect == "widens"] == [
         (3, "/limits/payments.charge/currency_limits/USD/max_per_tx", "widens"),
         (3, "/limits/payments.charge/currency_limits/USD/daily_cap", "widens"),
         (3, "/limits/payments.charge/allowed_merchant_ids", "widens"),
+        # Level 1's refund, payout and execute limits too, each change with its witness.
+        *(
+            (3, where, "widens")
+            for where in [
+                f"{refund}/currency_limits/USD/max_per_tx",
+                f"{refund}/currency_limits/USD/daily_cap",
+                *[f"{refund}/refund_reason_codes"] * 3,  # fraud, not_received, other
+                f"{payout}/currency_limits/USD/max_per_tx",
+                f"{payout}/currency_limits/USD/daily_cap",
+                *[f"{payout}/allowed_destination_types"] * 2,  # digital_wallet, crypto_address
+                f"{payout}/allowed_recipients",  # "*"
+                f"{payout}/x_vault_destination_hold_hours",
+                f"{payout}/max_payouts_per_day",
+                f"{execute}/max_exposure_per_tx_usd",
+                *[f"{execute}/allowed_source_account_types"] * 2,  # joint, business
+                f"{execute}/max_exposure_per_counterparty_usd",
+                f"{execute}/x_vault_account_fields",  # "*"
+            ]
+        ),
     ]
+    assert all(c.witness is not None and not c.undecided for c in changes if c.effect == "widens")
     assert guard_main(["diff", str(SHIPPED), str(new), "--fail-on-widen"]) == 1
     toml.write_text("[level.3]\npassport = 3\n")
     from pytest_vault.policy.lint import lint_paths

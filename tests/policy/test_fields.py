@@ -12,13 +12,28 @@ from typing import Any
 import pytest
 
 from pytest_vault.guard.engine import (
-    POLICY_ID,
     RULE_CONTEXT,
     RULE_EVALUATION,
     RULE_KEY_USED,
 )
-from pytest_vault.guard.packs import PACK_RULES
-from pytest_vault.guard.passport import CHARGE, ChargeLimits, CurrencyLimit, Passport
+from pytest_vault.guard.packs import (
+    PACK_RULES,
+    RULE_ACCOUNT_FIELD,
+    RULE_COMMINGLING,
+    RULE_CROSS_CURRENCY,
+    RULE_FACTS,
+    RULE_ORDER_BALANCE,
+    RULE_ORDER_CUSTOMER,
+)
+from pytest_vault.guard.passport import (
+    CHARGE,
+    ChargeLimits,
+    CurrencyLimit,
+    ExecuteLimits,
+    Passport,
+    PayoutLimits,
+    RefundLimits,
+)
 from pytest_vault.policy import diff as diff_module
 from pytest_vault.policy import fields as fields_module
 from pytest_vault.policy.diff import diff_passports, review_passports
@@ -51,9 +66,48 @@ NAMES = [
     "approval_required",
     "x_vault_memo_approval_code_required",
 ]
-# Read by the guard only through others: a capability's params (never read), and the
-# charge limits as a whole (read field by field).
-UNRULED = {"capability_params", "charge_limits"}
+# The other packs' fields, after the charge's, pack by pack in the order of its rules.
+PACK_NAMES = [
+    *(
+        f"{pack}.{name}"
+        for pack in ("refund", "payout")
+        for name in ("limits", "currency_limits", "max_per_tx", "daily_cap")
+    ),
+]
+PACK_NAMES[4:4] = [
+    "refund.refund_reason_codes",
+    "refund.regions",
+    *(
+        f"refund.{n}"
+        for n in ("require_assurance_at_least", "idempotency_required", "approval_required")
+    ),
+]
+PACK_NAMES += [
+    "payout.allowed_destination_types",
+    "payout.allowed_recipients",
+    "payout.x_vault_destination_hold_hours",
+    "payout.max_payouts_per_day",
+    "payout.compliance_checks_required",
+    *(
+        f"payout.{n}"
+        for n in ("require_assurance_at_least", "idempotency_required", "approval_required")
+    ),
+    "execute.limits",
+    "execute.allowed_transaction_types",
+    "execute.allowed_asset_classes",
+    "execute.max_exposure_per_tx_usd",
+    "execute.restricted_source_account_types",
+    "execute.allowed_source_account_types",
+    "execute.max_exposure_per_counterparty_usd",
+    *(
+        f"execute.{n}"
+        for n in ("require_assurance_at_least", "idempotency_required", "approval_required")
+    ),
+    "execute.x_vault_account_fields",
+]
+# Read by the guard only through others: a capability's params (never read), and each
+# pack's limits as a whole (read field by field).
+UNRULED = {"capability_params", "charge_limits", "refund.limits", "payout.limits", "execute.limits"}
 
 
 def _concrete(template: str) -> str:
@@ -62,10 +116,10 @@ def _concrete(template: str) -> str:
 
 
 def test_the_table_names_each_field_once_in_diffs_order() -> None:
-    assert [f.name for f in FIELDS] == NAMES
-    assert list(BY_NAME) == NAMES
+    assert [f.name for f in FIELDS] == NAMES + PACK_NAMES
+    assert list(BY_NAME) == NAMES + PACK_NAMES
     pointers = [p for f in FIELDS for p in f.pointers]
-    assert len(pointers) == len(set(pointers)) == 21
+    assert len(pointers) == len(set(pointers)) == 21 + 37
     # Each pointer is its own entry's, and no other's.
     for field in FIELDS:
         for template in field.pointers:
@@ -102,19 +156,45 @@ def test_every_field_the_engine_enforces_has_one_entry() -> None:
     # field decides is some entry's (not: a readable context, an evaluation error, a key
     # used twice, which no field of the passport decides).
     assert {f.name for f in FIELDS if not f.rules} == UNRULED
-    # The charge pack's rules: the table covers no other pack's passport fields yet.
-    decided = set(PACK_RULES[POLICY_ID])
+    # Every pack's rules a passport field decides: not a readable context, an evaluation
+    # error, a key used twice, the system of record's facts, nor (the charge pack's fixed
+    # rule) commingling of client funds, which no field of the passport decides.
+    decided = set().union(*PACK_RULES.values(), {RULE_ACCOUNT_FIELD})
     assert set().union(*(f.rules for f in FIELDS)) == decided - {
         RULE_CONTEXT,
         RULE_EVALUATION,
         RULE_KEY_USED,
+        RULE_FACTS,
+        RULE_COMMINGLING,
+        RULE_CROSS_CURRENCY,
+        RULE_ORDER_CUSTOMER,
+        RULE_ORDER_BALANCE,
     }
+    # Each field of each other pack's limits: one entry (or, for its caps, the currency's).
+    for pack, model in (
+        ("refund", RefundLimits),
+        ("payout", PayoutLimits),
+        ("execute", ExecuteLimits),
+    ):
+        named = {f.name.split(".", 1)[1] for f in FIELDS if f.name.startswith(f"{pack}.")}
+        read = set(model.model_fields) - {"reason_codes", "supported_currencies"}
+        assert named - {"limits", "max_per_tx", "daily_cap"} == read, pack
     # A witness builder each; one that builds calls for each field with a rule.
     assert all(callable(f.witness) for f in FIELDS)
-    assert {f.name for f in FIELDS if f.witness is no_call} == {"capability_params"}
+    # (A pack's limits added or removed decide nothing alone: they apply where granted.)
+    assert {f.name for f in FIELDS if f.witness is no_call} == {
+        "capability_params",
+        "refund.limits",
+        "payout.limits",
+        "execute.limits",
+    }
     # A classifier each, or the entry whose classifier reports it.
     assert {f.name: f.within for f in FIELDS if f.direction is None} == {
-        "capability_params": "capabilities"
+        "capability_params": "capabilities",
+        "refund.max_per_tx": "refund.currency_limits",
+        "refund.daily_cap": "refund.currency_limits",
+        "payout.max_per_tx": "payout.currency_limits",
+        "payout.daily_cap": "payout.currency_limits",
     }
     assert BY_NAME["capabilities"].direction is not None
     assert [f.name for f in FIELDS if f.timed] == ["expiry"]
@@ -260,7 +340,48 @@ LINTED: list[Callable[[dict[str, Any]], None]] = [
     lambda d: charge(d).update(currency_limits={"XXX": {"max_per_tx": 5}}),
     lambda d: d["capabilities"][1]["params"].update(max_amount=1),
     lambda d: d.update(capabilities=[{"id": "account.read"}]),
+    # The other packs' limits.
+    lambda d: d["limits"]["finance.payment.refund"].update(
+        currency_limits={"USD": {"max_per_tx": 9, "daily_cap": 5}, "XXX": {"max_per_tx": 5}},
+        refund_reason_codes=["refnud"],
+        regions=["GB"],
+        approval_required=True,
+    ),
+    lambda d: d["limits"]["payments.payout"].update(
+        currency_limits={"USD": {"max_per_tx": 9, "daily_cap": 5}, "EUR": {"max_per_tx": 5}},
+        allowed_recipients=[],
+        allowed_destination_types=[],
+        max_payouts_per_day=0,
+        approval_required=True,
+    ),
+    lambda d: d["limits"]["finance.transaction"].update(
+        max_exposure_per_tx_usd=9,
+        max_exposure_per_counterparty_usd=5,
+        allowed_source_account_types=["retirement"],
+        approval_required=True,
+    ),
+    lambda d: d["limits"]["finance.transaction"].pop("x_vault_account_fields"),
 ]
+# The other packs' fields lint has a rule for.
+PACK_LINTED = {
+    "refund.limits",
+    "refund.currency_limits",
+    "refund.max_per_tx",
+    "refund.refund_reason_codes",
+    "refund.regions",
+    "refund.approval_required",
+    "payout.limits",
+    "payout.currency_limits",
+    "payout.max_per_tx",
+    "payout.allowed_recipients",
+    "payout.allowed_destination_types",
+    "payout.max_payouts_per_day",
+    "payout.approval_required",
+    "execute.limits",
+    "execute.max_exposure_per_tx_usd",
+    "execute.allowed_source_account_types",
+    "execute.approval_required",
+}
 
 
 def test_lint_writes_its_findings_at_the_tables_pointers() -> None:
@@ -279,4 +400,4 @@ def test_lint_writes_its_findings_at_the_tables_pointers() -> None:
         "daily_cap",
         "idempotency_required",
         "x_vault_memo_approval_code_required",
-    }
+    } | PACK_LINTED

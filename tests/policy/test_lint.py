@@ -209,12 +209,20 @@ def test_an_empty_country_allowlist_is_an_error(tmp_path: Path) -> None:
 
 def test_assurance_below_what_is_required(tmp_path: Path) -> None:
     low = {**raw(3), "assurance_level": "L1"}
-    (finding,) = lint_paths([write(tmp_path, low)], now=NOW)
+    finding, packs = lint_paths([write(tmp_path, low)], now=NOW)
     assert (finding.pointer, finding.severity, finding.code, finding.message) == (
         "/assurance_level",
         "error",
         "assurance-below-minimum",
         "assurance_level L1 is below the pack's minimum L2: every call is denied (oap.assurance_insufficient)",
+    )
+    # The other packs it grants, in one finding beside it.
+    assert (packs.pointer, packs.code, packs.message) == (
+        "/assurance_level",
+        "assurance-below-minimum",
+        "assurance_level L1 is below what finance.payment.refund.v1, "
+        "finance.payment.payout.v1, finance.transaction.execute.v1 require: every refund, "
+        "payout, scheduled payment and account change is denied (oap.assurance_insufficient)",
     )
     raised = raw(3)  # L4KYC, as the refund pack's tiers need: L4FIN is above it
     charge(raised)["require_assurance_at_least"] = "L4FIN"
@@ -395,6 +403,8 @@ def test_rules_that_deny_every_call(tmp_path: Path) -> None:
         ("/regions", "warning", "no-regions"),
         (f"{L}/approval_required", "warning", "approval-required"),
         (f"{L}/blocked_categories/1", "warning", "transfers-blocked"),
+        # The refund limits' regions meet none of the passport's (there are none).
+        ("/limits/finance.payment.refund/regions", "warning", "no-regions"),
     ]
 
 
@@ -407,16 +417,18 @@ def test_findings_of_one_passport_in_order(tmp_path: Path) -> None:
         ("/assurance_level", "error", "assurance-below-minimum"),
         (f"{ALLOW}/1", "error", "unmatchable-recipient"),
         (USD, "warning", "no-daily-cap"),
+        # L1 is below the refund pack's L2 and the payout and execute packs' L3 too.
+        ("/assurance_level", "error", "assurance-below-minimum"),
     ]
     # Each on the line of its field, however the file is laid out.
     found = lint_paths([tmp_path / "p.json"], now=NOW)
-    assert [f.lineno for f in found] == [at(data, f.pointer) for f in found] == [8, 7, 39, 33]
+    assert [f.lineno for f in found] == [at(data, f.pointer) for f in found] == [8, 7, 39, 33, 7]
     compact = tmp_path / "compact.json"
     compact.write_text(json.dumps(data))
-    assert [f.lineno for f in lint_paths([compact], now=NOW)] == [1, 1, 1, 1]
+    assert [f.lineno for f in lint_paths([compact], now=NOW)] == [1, 1, 1, 1, 1]
     crlf = tmp_path / "crlf.json"
     crlf.write_bytes(dumped(data).replace("\n", "\r\n").encode())
-    assert [f.lineno for f in lint_paths([crlf], now=NOW)] == [8, 7, 39, 33]
+    assert [f.lineno for f in lint_paths([crlf], now=NOW)] == [8, 7, 39, 33, 7]
 
 
 # -- rules of no effect, and over-broad ones ---------------------------------------------------
@@ -493,7 +505,16 @@ def test_a_wildcard_beside_names_and_entries_written_as_patterns(tmp_path: Path)
 
 def test_limits_of_a_capability_not_granted_can_never_bind(tmp_path: Path) -> None:
     data = {**raw(3), "capabilities": [{"id": "account.read"}]}
-    (finding,) = lint_paths([write(tmp_path, data)], now=NOW)
+    finding, *others = lint_paths([write(tmp_path, data)], now=NOW)
+    # The other packs' limits, likewise.
+    assert [(f.pointer, f.code) for f in others] == [
+        (f"/limits/{c}", "dormant-limits")
+        for c in ("finance.payment.refund", "payments.payout", "finance.transaction")
+    ]
+    assert others[0].message == (
+        "limits.finance.payment.refund can never bind: the passport does not grant "
+        "finance.payment.refund, so every refund is denied (oap.unknown_capability)"
+    )
     assert (finding.pointer, finding.severity, finding.code, finding.lineno) == (
         L,
         "warning",

@@ -72,7 +72,7 @@ def top(**fields: Any) -> Any:
 
 
 def no_charge(d: dict[str, Any]) -> None:
-    d["capabilities"] = [{"id": "account.read"}]
+    d["capabilities"] = [c for c in d["capabilities"] if c["id"] != "payments.charge"]
 
 
 def add_payee(entry: str) -> Any:

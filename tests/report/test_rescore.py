@@ -580,9 +580,12 @@ def test_json_labels_and_out_file(
         "recorded_passports",
         "evaluations",
         "calls",
+        "other_tool_calls",
+        "not_rejudgeable",
         "stages",
         "flips",
     ]
+    assert (got["other_tool_calls"], got["not_rejudgeable"]) == (0, 0)
     assert got["counterfactual"] is True
     assert "counterfactual" in got["note"]
     digest = got["passports"]["2"]["sha256"]
