@@ -39,14 +39,15 @@ asked, as transfers do. Each is logged as a transfer is: its movement as a `Tran
 its counterparty (a refund's customer, a payout's destination, a scheduled payment's
 payee), the decision, the audit and `permitted` (the refund goes to the order's buyer;
 the destination is on the passport's payout recipients; the payee is on its charge
-allowlist).
+allowlist), and with the facts its guards read for it (`CallRecord.facts`), for
+`vault-report rescore` to judge it again on.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, Literal, NamedTuple
 
@@ -165,6 +166,10 @@ class CallRecord:
     permitted: bool | None = None
     # The answer showed a text the attack was planted in (never logged: the row says it).
     carried: bool = False
+    # A record tool's call: the facts its guards read for it (`Bank.facts`, per kind and
+    # key, as the bank held them just before the call; None where no record was known),
+    # in the order first read; empty where they read none. None: not a record tool's.
+    facts: tuple[Fact, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -181,7 +186,26 @@ class CallRecord:
         if self.transfer is not None:
             out["transfer"] = self.transfer.to_dict()
             out["permitted"] = self.permitted
+        if self.facts is not None:
+            out["facts"] = [
+                {"kind": kind, "key": key, "record": None if record is None else _told(record)}
+                for kind, key, record in self.facts
+            ]
         return out
+
+
+class Fact(NamedTuple):
+    """One record the guard read (`Bank.facts`): its kind, its key, and the record (None:
+    the bank has no such record)."""
+
+    kind: str
+    key: str
+    record: dict[str, object] | None
+
+
+def _told(record: dict[str, object]) -> dict[str, object]:
+    """A record as JSON values: an instant as its ISO 8601 text (with its offset)."""
+    return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in record.items()}
 
 
 def _declined(decision: Decision, what: str = "Transfer") -> ToolResult:
@@ -382,9 +406,19 @@ class Bank:
             self._scheduled[entry.id] = Transfer(entry.recipient, minor, entry.currency, entry.memo)
             self._schedule_days[entry.id] = entry.date
         self._account = dict((environment and environment.account) or {})
-        # Each guard reads the facts a pack needs from this bank, at decision time.
-        self.enforcer_packs = Packs(self.enforcer, facts=self.facts)
-        self.audit_packs = Packs(self.audit, facts=self.facts)
+        # Each guard reads the facts a pack needs from this bank, at decision time; what
+        # they read for a record tool's call is logged with it (`_read_fact`).
+        self._readings: dict[tuple[str, str], dict[str, object] | None] | None = None
+        self.enforcer_packs = Packs(self.enforcer, facts=self._read_fact)
+        self.audit_packs = Packs(self.audit, facts=self._read_fact)
+
+    def _read_fact(self, kind: str, key: str) -> dict[str, object] | None:
+        """`facts`, as the guards call it: while a record tool's call is judged, each
+        record read is kept (the first reading: the records change only when it runs)."""
+        record = self.facts(kind, key)
+        if self._readings is not None:
+            self._readings.setdefault((kind, key), None if record is None else dict(record))
+        return record
 
     def facts(self, kind: str, key: str) -> dict[str, object] | None:
         """The bank's record of `key` as the guard's packs read it (`guard.packs.Facts`):
@@ -393,11 +427,14 @@ class Bank:
             order = self._orders.get(key)
             if order is None:
                 return None
+            # The region is no fact the pack reads (the call's context carries it, from
+            # this record): here so that a logged reading holds the whole record.
             return {
                 "customer_id": order.customer_id,
                 "total_minor": order.total_minor,
                 "currency": order.currency,
                 "refunded_minor": order.refunded_minor,
+                "region": order.region,
             }
         if kind == DESTINATION:
             destination = self._destinations.get(key)
@@ -609,6 +646,17 @@ class Bank:
 
     # -- the record tools: refunds, payouts, scheduled payments, account details ----------
     def _act(self, name: str, arguments: Any, screened: Decision | None = None) -> CallRecord:
+        """A record tool's call (`_acted`), logged with the facts its guards read for it:
+        every reading is made before the call changes a record."""
+        self._readings = {}
+        try:
+            record = self._acted(name, arguments, screened)
+            facts = tuple(Fact(kind, key, r) for (kind, key), r in self._readings.items())
+        finally:
+            self._readings = None
+        return replace(record, facts=facts)
+
+    def _acted(self, name: str, arguments: Any, screened: Decision | None = None) -> CallRecord:
         """A record tool's call: judged (guarded: enforced, by `screened` when a team's
         guard decided; model-alone: what the audit guard would decide), then executed on
         the bank's record, never on a record the bank does not have."""

@@ -70,6 +70,11 @@ class Call(NamedTuple):
     audit: CallDecision | None = None
     transfer: CallTransfer | None = None
     permitted: bool | None = None
+    # A record tool's call only (refund_payment, create_payout, ...): the JSON text of
+    # the facts its guards read for it (`bank.CallRecord.facts`: a list of {"kind",
+    # "key", "record"}, a record null where the bank had none); None for the other
+    # tools, and in files from before it.
+    facts: str | None = None
 
     @classmethod
     def of(cls, call: Mapping[str, Any]) -> Call:
@@ -85,6 +90,7 @@ class Call(NamedTuple):
             None if audit is None else CallDecision(audit["allow"], tuple(audit["codes"])),
             None if transfer is None else CallTransfer(**transfer),
             call["permitted"],
+            call.get("facts"),
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -101,6 +107,7 @@ class Call(NamedTuple):
             "audit": None if audit is None else audit.as_dict(),
             "transfer": None if transfer is None else transfer._asdict(),
             "permitted": self.permitted,
+            "facts": self.facts,
         }
 
 
@@ -119,7 +126,7 @@ def arrow_types() -> tuple[pa.DataType, pa.DataType, pa.DataType]:
     transfer = pa.struct(
         zip(CallTransfer._fields, (text, pa.int64(), text, text, text), strict=True)
     )
-    kinds = (text, text, flag, text, flag, decision, decision, transfer, flag)
+    kinds = (text, text, flag, text, flag, decision, decision, transfer, flag, text)
     return decision, transfer, pa.struct(zip(Call._fields, kinds, strict=True))
 
 
@@ -158,6 +165,33 @@ def _decision(value: Mapping[str, Any] | None) -> CallDecision | None:
     return CallDecision(value["allow"], tuple(map(_text, value["codes"])))
 
 
+Facts = dict[tuple[str, str], dict[str, Any] | None]
+
+
+def read_facts(text: str) -> Facts:
+    """A call's `facts` text as each record read, by (kind, key) (None: the bank had no
+    such record), or a ValueError saying what is wrong with it."""
+    try:
+        entries = json.loads(text)
+    except ValueError:
+        raise ValueError("not JSON") from None
+    if type(entries) is not list:
+        raise ValueError("not a list")
+    out: Facts = {}
+    for i, entry in enumerate(entries):
+        if type(entry) is not dict or set(entry) != {"kind", "key", "record"}:
+            raise ValueError(f"[{i}] is not an object of kind, key and record")
+        kind, key, record = entry["kind"], entry["key"], entry["record"]
+        if type(kind) is not str or type(key) is not str:
+            raise ValueError(f"[{i}]: kind and key must be strings")
+        if record is not None and type(record) is not dict:
+            raise ValueError(f"[{i}].record: not an object or null")
+        if (kind, key) in out:
+            raise ValueError(f"[{i}]: {kind} {key!r} is read twice")
+        out[kind, key] = record
+    return out
+
+
 def logged(records: Iterable[CallRecord]) -> Log:
     """The bank's log as a results row holds it: every string redacted, then stored (see
     the module's words). Read from each record's `to_dict` (the environment once)."""
@@ -186,6 +220,7 @@ def logged(records: Iterable[CallRecord]) -> Log:
                     None if key is None else _text(key),
                 ),
                 entry.get("permitted") if transfer is not None else None,
+                _arguments(entry.get("facts")),
             )
         )
     return tuple(out)
@@ -194,7 +229,7 @@ def logged(records: Iterable[CallRecord]) -> Log:
 # -- across the xdist boundary -----------------------------------------------------------
 
 # A call as plain tuples (execnet carries tuples, not their named kinds): its fields in
-# order, a decision as (allow, codes), a transfer as its five fields.
+# order, a decision as (allow, codes), a transfer as its five fields, the facts' text.
 Sent = tuple[Any, ...]
 
 
@@ -207,6 +242,7 @@ def sent(log: Sequence[Call]) -> tuple[Sent, ...]:
             None if call.audit is None else tuple(call.audit),
             None if call.transfer is None else tuple(call.transfer),
             call.permitted,
+            call.facts,
         )
         for call in log
     )
@@ -225,6 +261,18 @@ def received(log: Iterable[Sent]) -> Log:
             None if audit is None else CallDecision(audit[0], tuple(audit[1])),
             None if transfer is None else CallTransfer(*transfer),
             permitted,
+            facts,
         )
-        for name, arguments, executed, result, is_error, decision, audit, transfer, permitted in log
+        for (
+            name,
+            arguments,
+            executed,
+            result,
+            is_error,
+            decision,
+            audit,
+            transfer,
+            permitted,
+            facts,
+        ) in log
     )

@@ -48,7 +48,8 @@ from pytest_vault.core.text import (
 )
 from pytest_vault.corpus.model import MONEY_TOOLS
 from pytest_vault.corpus.sample import SampleRecord
-from pytest_vault.harness.calls import arrow_types
+from pytest_vault.harness.bank import RECORD_TOOLS
+from pytest_vault.harness.calls import arrow_types, read_facts
 from pytest_vault.harness.events import ATTRIBUTION_READS, ROW, attribution
 
 # One call of `tool_calls`: `harness.calls.Call`, whose Arrow types are defined beside it.
@@ -66,9 +67,13 @@ LEVELS = range(1, 6)
 CHOICES = {c.name: c.choices for c in ROW if c.choices}
 META_KEY = b"pytest_vault"
 # The layout of the file. Version 1 (no key: every file before it) held `tool_calls` as
-# the log's JSON text; it is read as this one. A newer major version is refused.
+# the log's JSON text; it is read as this one. A newer major version is refused. Minor
+# 1 added each call's `facts` (a file before it reads with them null).
 VERSION_KEY = b"pytest_vault.schema"
 VERSION = 2
+MINOR = 1
+# The fields of a call added since version 2.0 (after the others, in this order).
+CALL_ADDED = ("facts",)
 
 
 class ResultsError(VaultError):
@@ -204,7 +209,7 @@ def _write(
     """Row groups, in order, as one results file with this metadata, atomically."""
     # ensure_ascii: exact, and ASCII whatever the metadata holds.
     meta = json.dumps(scrubbed(metadata), sort_keys=True).encode()
-    schema = schema.with_metadata({META_KEY: meta, VERSION_KEY: str(VERSION).encode()})
+    schema = schema.with_metadata({META_KEY: meta, VERSION_KEY: f"{VERSION}.{MINOR}".encode()})
     # Opened here, not by Arrow: a failure is the system's OSError, with its words
     # ("No space left on device"), for the one line that reports it.
     with (
@@ -413,6 +418,8 @@ def check_table(table: pa.Table, version: int = VERSION) -> pa.Table:
         # Version 1: the log's JSON text. A file with no version whose calls are typed
         # was written in this layout by other means (pyarrow itself): checked as such.
         texts = version == 1 and field.type == CALLS and _kind(column.type) == "str"
+        if field.type == CALLS and not texts:
+            column = _added_fields(column)
         want = pa.string() if texts else field.type
         if not _castable(column.type, want):
             raise ResultsError(
@@ -499,6 +506,33 @@ def _castable(have: pa.DataType, want: pa.DataType) -> bool:
     return got == need or pa.types.is_null(have) or (got, need) == ("int", "float")
 
 
+def _added_fields(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Call logs of a file from before a call's added fields (`CALL_ADDED`): with them,
+    null. Any other layout is left to the cast's check."""
+    kind = column.type
+    if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)):
+        return column
+    struct = kind.value_type
+    names = [f.name for f in struct] if pa.types.is_struct(struct) else []
+    older = CALL.names[: len(CALL.names) - len(CALL_ADDED)]
+    have = len(names) - len(older)
+    if names[: len(older)] != older or names[len(older) :] != list(CALL_ADDED[:have]):
+        return column
+    if have == len(CALL_ADDED):
+        return column
+    fields = [*struct, *(CALL.field(n) for n in CALL_ADDED[have:])]
+    chunks = []
+    for chunk in column.chunks:
+        values = chunk.values
+        extra = [pa.nulls(len(values), f.type) for f in fields[len(names) :]]
+        made = pa.StructArray.from_arrays(
+            [*values.flatten(), *extra], fields=fields, mask=values.is_null()
+        )
+        chunks.append(type(chunk).from_arrays(chunk.offsets, made, mask=chunk.is_null()))
+    made_kind = pa.large_list if pa.types.is_large_list(kind) else pa.list_
+    return pa.chunked_array(chunks, made_kind(pa.struct(fields)))
+
+
 def _v1_logs(column: pa.ChunkedArray) -> pa.ChunkedArray:
     """Version-1 call logs (the log's JSON text) as calls. Logs repeat (the same calls
     in many rows), so each distinct one is read once, in the order of the rows: the
@@ -551,12 +585,34 @@ def _check_calls(column: pa.ChunkedArray) -> None:
     rules.append(
         (pc.and_(paid, f["transfer"].is_null()), ": a transfer that executed has no transfer")
     )
+    facts = f["facts"]
+    rules.append(
+        (
+            pc.and_(facts.is_valid(), pc.invert(pc.is_in(f["name"], pa.array(RECORD_TOOLS)))),
+            ".facts: on a call of no record tool",
+        )
+    )
+    rules += _facts_rules(facts)
     found = [(at, said) for mask, said in rules if (at := _first(mask)) is not None]
     if found:
         at, said = min(found, key=lambda x: x[0])
         row = int(pc.list_parent_indices(logs)[at].as_py())
         start = logs.offsets[row].as_py() - logs.offsets[0].as_py()
         raise ResultsError(f"{_row(row)}: tool_calls: [{at - start}]{said}")
+
+
+def _facts_rules(facts: pa.Array) -> list[tuple[pa.Array, str]]:
+    """The first call of each bad `facts` text (`calls.read_facts`), with what is wrong:
+    each distinct text read once."""
+    encoded = pc.dictionary_encode(facts)
+    indices = encoded.indices
+    rules = []
+    for i, text in enumerate(encoded.dictionary.to_pylist()):
+        try:
+            read_facts(text)
+        except ValueError as exc:
+            rules.append((pc.equal(indices, i), f".facts: {shown(exc)}"))
+    return rules
 
 
 def read_version(raw: bytes | None) -> int:

@@ -240,6 +240,7 @@ def test_a_refund_the_log_cannot_journal_never_executes(tmp_path: Path) -> None:
             "total_minor": 5_000,
             "currency": "USD",
             "refunded_minor": 1_000,
+            "region": "US",
         }
         # The guard recorded the refund when it allowed it (its key and the order's
         # tally), as the production guard does: it errs on less money, never on more.

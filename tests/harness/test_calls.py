@@ -4,13 +4,15 @@ exactly as the run's JSON text of it, read back, was before logs were typed."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import execnet
 import pyarrow as pa
 import pytest
 
 from pytest_vault.core.text import redacted_json
 from pytest_vault.guard.engine import Decision, Reason, Transfer
-from pytest_vault.harness.bank import CallRecord, ToolResult
+from pytest_vault.harness.bank import CallRecord, Fact, ToolResult
 from pytest_vault.harness.calls import (
     Call,
     CallDecision,
@@ -18,6 +20,7 @@ from pytest_vault.harness.calls import (
     arrow_types,
     from_arrow,
     logged,
+    read_facts,
     received,
     sent,
 )
@@ -38,7 +41,19 @@ PAY = Call(
 )
 BALANCE = Call("get_balance", "{}", True, '{"available": "$1"}', False)
 UNREAD = Call("transfer_funds", '"{not json"', False, "Invalid", True, CallDecision(False, ()))
-LOGS: list[tuple[Call, ...]] = [(), (BALANCE,), (BALANCE, PAY, UNREAD), (PAY,)]
+REFUND = Call(
+    "refund_payment",
+    '{"order_id": "ord_1", "customer_id": "cust_1", "amount": 5}',
+    True,
+    '{"status": "refunded"}',
+    False,
+    CallDecision(True, ("oap.allowed",)),
+    CallDecision(True, ("oap.allowed",)),
+    CallTransfer("cust_1", 500, "USD", None, None),
+    True,
+    '[{"kind": "order", "key": "ord_1", "record": {"customer_id": "cust_1"}}]',
+)
+LOGS: list[tuple[Call, ...]] = [(), (BALANCE,), (BALANCE, PAY, UNREAD, REFUND), (PAY,)]
 
 
 def test_the_column_struct_is_the_calls_fields_in_their_order() -> None:
@@ -49,7 +64,7 @@ def test_the_column_struct_is_the_calls_fields_in_their_order() -> None:
         == list(Call._fields)
         == [
             *("name", "arguments", "executed", "result", "is_error"),
-            *("decision", "audit", "transfer", "permitted"),
+            *("decision", "audit", "transfer", "permitted", "facts"),
         ]
     )
     assert decision.names == ["allow", "codes"] and transfer.names == list(CallTransfer._fields)
@@ -109,3 +124,32 @@ def test_a_log_is_stored_as_its_json_text_read_back_was(monkeypatch: pytest.Monk
     )
     assert typed[4].arguments == '{"q": "[redacted]"}'
     assert to_table([row(tool_calls=typed)]).equals(to_table([row(tool_calls=text)]))
+    assert [c.facts for c in typed] == [None] * 5  # none is a record tool's call
+
+
+def test_a_record_calls_facts_are_stored_as_their_json_text_redacted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "env-secret-value-42")
+    added = datetime(2026, 1, 1, tzinfo=UTC)
+    facts = (
+        Fact("order", "ord_1", {"customer_id": "env-secret-value-42", "total_minor": 100}),
+        Fact("payout_destination", "d\ud800", {"type": "bank_account", "added_at": added}),
+        Fact("order", "ord_x", None),
+    )
+    [refund, account] = logged(
+        [
+            _record("refund_payment", {}, "ok", facts=facts),
+            _record("update_account", {}, "ok", facts=()),
+        ]
+    )
+    assert refund.facts is not None and read_facts(refund.facts) == {
+        ("order", "ord_1"): {"customer_id": "[redacted]", "total_minor": 100},
+        # A lone surrogate: as its escape in the JSON text, read back as itself.
+        ("payout_destination", "d\ud800"): {
+            "type": "bank_account",
+            "added_at": "2026-01-01T00:00:00+00:00",
+        },
+        ("order", "ord_x"): None,
+    }
+    assert account.facts == "[]"  # read none: not the same as not logged (None)

@@ -115,15 +115,16 @@ def test_the_one_row_definition_gives_the_names_types_and_order() -> None:
     assert SCHEMA.field("tool_calls").type == CALLS
     assert CALLS.value_type.names == [
         *("name", "arguments", "executed", "result", "is_error"),
-        *("decision", "audit", "transfer", "permitted"),
+        *("decision", "audit", "transfer", "permitted", "facts"),
     ]
     assert CALLS.value_type.field("arguments").type == pa.string()
+    assert CALLS.value_type.field("facts").type == pa.string()
 
 
 def test_a_version_2_file_says_so_and_holds_typed_calls(files: tuple[Path, Path]) -> None:
     v1, v2 = files
     assert VERSION_KEY not in pq.read_schema(v1).metadata
-    assert pq.read_schema(v2).metadata[VERSION_KEY] == b"2"
+    assert pq.read_schema(v2).metadata[VERSION_KEY] == b"2.1"  # 2.1: each call's facts
     assert pq.read_schema(v1).field("tool_calls").type == pa.string()
     stored = pq.read_table(v2)["tool_calls"]
     assert stored.type == CALLS
@@ -249,6 +250,20 @@ TRANSFER = {"recipient": "a@x.test", "amount_minor": 5, "currency": "USD"}
         (
             _calls({"name": "get_balance"}, {"name": "transfer_funds", "executed": True}),
             "tool_calls: [1]: a transfer that executed has no transfer",
+        ),
+        (
+            _calls({"name": "transfer_funds", "facts": "[]"}),
+            "tool_calls: [0].facts: on a call of no record tool",
+        ),
+        (
+            _calls({"name": "get_balance"}, {"name": "refund_payment", "facts": "[{"}),
+            "tool_calls: [1].facts: not JSON",
+        ),
+        (
+            _calls(
+                {"name": "create_payout", "facts": '[{"kind": "order", "key": 1, "record": null}]'}
+            ),
+            "tool_calls: [0].facts: [0]: kind and key must be strings",
         ),
     ],
 )
