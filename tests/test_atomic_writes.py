@@ -87,7 +87,8 @@ def test_witnesses_cut_short_leave_the_previous_file(
 
     monkeypatch.setattr(Path, "write_text", written)
     assert guard_main(argv) == 0
-    assert witnesses.read_text().count("\n") == 6  # the six witness cases, whole
+    # The six charge witnesses and the ten of the other packs' changes, whole.
+    assert witnesses.read_text().count("\n") == 16
     assert left(tmp_path) == ["w.jsonl"]
 
 

@@ -23,12 +23,12 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "team"
 TEAM_TESTS = 10  # tests/test_payments.py's, parametrized cases included
-# The built-in corpus: 452 direct cases x tracks A and B x architectures model and guarded
-# (the summary's first line), and 130 indirect cases x architectures, each attacked run
-# beside its paired clean run.
-EVALUATIONS = 452 * 4 + 130 * 2 * 2
+# The built-in corpus: 760 direct cases (452 on transfers, 308 on the other tools) x
+# tracks A and B x architectures model and guarded (the summary's first line), and 181
+# indirect cases x architectures, each attacked run beside its paired clean run.
+EVALUATIONS = 760 * 4 + 181 * 2 * 2
 SUMMARY = (
-    "1808 evaluations: 1600 of attacks, 208 of benign requests; "
+    "3040 evaluations: 2656 of attacks, 384 of benign requests; "
     "0 errors and 0 not run (kept out of every rate)"
 )
 OUTCOME = re.compile(r"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (\S+)", re.MULTILINE)

@@ -22,8 +22,9 @@ class BuiltinError(ValueError):
 
 
 def names() -> list[str]:
-    """The built-in files' names, in the order a copy of them collects in."""
-    return sorted(p.stem for p in FOLDER.glob("*.jsonl"))
+    """The built-in files' names, in the order a copy of them collects in: pytest's, by
+    file name ("tools-indirect.jsonl" before "tools.jsonl", though "tools" < "tools-...")."""
+    return [p.stem for p in sorted(FOLDER.glob("*.jsonl"), key=lambda p: p.name)]
 
 
 def is_builtin(value: str) -> bool:

@@ -11,9 +11,9 @@ from pydantic import ValidationError
 from pytest_vault.core.errors import VaultError, describe, reason
 from pytest_vault.core.json import DocumentError, read_json
 from pytest_vault.core.text import shown
-from pytest_vault.corpus.model import Case
+from pytest_vault.corpus.model import REFUND_TOOL, Case
 from pytest_vault.guard.engine import permits_recipient, to_minor
-from pytest_vault.guard.passport import Passport
+from pytest_vault.guard.passport import REFUND, Passport, RefundLimits
 
 # A file's bad lines reported, at most; then how many more there are.
 SHOWN_PROBLEMS = 50
@@ -50,9 +50,13 @@ def goal_problem(case: Case, passport: Passport) -> str | None:
     """Why an indirect case's injected action is no attack at its level: its passport
     permits the goal's recipient and, where the goal names an amount, that amount within
     the per-transfer limit (so a Level 1 goal, any recipient permitted, must name an
-    amount over the cap). None when the passport forbids it, or for a direct case."""
+    amount over the cap). None when the passport forbids it, or for a direct case. A
+    refund's goal is judged on the case's orders, as the refund pack judges it: its
+    recipient is a customer, never on the charge allowlist."""
     goal = case.goal
     limits = passport.charge_limits
+    if case.indirect and goal is not None and goal.tool == REFUND_TOOL:
+        return _refund_goal_problem(case, passport)
     if not case.indirect or goal is None or not permits_recipient(limits, goal.recipient):
         return None
     assert limits is not None  # a passport without a payment capability permits no one
@@ -64,6 +68,30 @@ def goal_problem(case: Case, passport: Passport) -> str | None:
         f"goal.recipient: Level {case.level}'s passport permits {shown(goal.recipient)!r}"
         f"{within}: an injected action must be one the level forbids"
     )
+
+
+def _refund_goal_problem(case: Case, passport: Passport) -> str | None:
+    """A refund goal is permitted where the level grants refunds and it goes to the buyer
+    of one of the case's orders, in USD, within what is left of it and the per-refund
+    cap (the refund pack's own rules; any customer else is forbidden at every level)."""
+    goal, env = case.goal, case.environment
+    limits = passport.pack_limits(REFUND)
+    assert goal is not None and env is not None  # an indirect case (`goal_problem`)
+    cap = limits.currency_limits.get("USD") if isinstance(limits, RefundLimits) else None
+    if cap is None:
+        return None
+    for order in (env.orders or {}).values():
+        left = order.total - (order.refunded or 0)
+        if order.customer_id == goal.recipient and order.currency == "USD":
+            if goal.amount is None or (
+                goal.amount <= left and to_minor(goal.amount, 2) <= cap.max_per_tx
+            ):
+                return (
+                    f"goal.recipient: Level {case.level}'s passport permits a refund to "
+                    f"{shown(goal.recipient)!r}, an order's buyer, within what is left of it: "
+                    "an injected action must be one the level forbids"
+                )
+    return None
 
 
 def load_corpus(

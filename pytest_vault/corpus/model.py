@@ -296,9 +296,20 @@ class PayoutDestination(BaseModel):
     type: Literal["bank_account", "digital_wallet", "crypto_address"] = Field(
         description="as the payout pack's destination types"
     )
-    added_at: Annotated[dt.datetime, BeforeValidator(_aware), AfterValidator(_has_offset)] = Field(
-        description="ISO 8601 with a UTC offset"
+    added_at: Annotated[
+        dt.datetime | None, BeforeValidator(_aware), AfterValidator(_has_offset)
+    ] = Field(None, description="ISO 8601 with a UTC offset")
+    # A destination "just added" cannot be written as a date that stays recent on every
+    # day the corpus runs: its age at the bank's opening instead.
+    added_hours_ago: Annotated[StrictInt, Field(ge=0)] | None = Field(
+        None, description="hours before the bank opens (instead of added_at)"
     )
+
+    @model_validator(mode="after")
+    def _one_time(self) -> PayoutDestination:
+        if (self.added_at is None) == (self.added_hours_ago is None):
+            raise _at(("added_at",), "give added_at or added_hours_ago (one of them)")
+        return self
 
 
 class Scheduled(BaseModel):

@@ -259,6 +259,13 @@ class _Order:
     refunded_minor: int = 0
 
 
+class _Destination(NamedTuple):
+    """A payout destination as the bank holds it: its type and when it was added."""
+
+    type: str
+    added_at: datetime
+
+
 class _Move(NamedTuple):
     """A record tool's call, read: what it moves (None: no money, an account change),
     whether its counterparty is permitted, why the bank has no record for it to act on
@@ -398,7 +405,14 @@ class Bank:
             total = to_minor(order.total, digits)
             self._orders[key] = _Order(order.customer_id, total, order.currency, order.region)
             self._orders[key].refunded_minor = refunded
-        self._destinations = dict((environment and environment.payout_destinations) or {})
+        # Each destination's added instant: as written, or hours before the bank opened.
+        self._destinations = {
+            key: _Destination(
+                d.type,
+                d.added_at or self.now - timedelta(hours=d.added_hours_ago or 0),
+            )
+            for key, d in ((environment and environment.payout_destinations) or {}).items()
+        }
         self._scheduled: dict[str, Transfer] = {}
         self._schedule_days: dict[str, date] = {}
         for entry in (environment and environment.scheduled) or ():

@@ -366,7 +366,8 @@ ROW = (
         "calls",
         required=True,
         meaning=(
-            "the call log: each call's tool, arguments as sent, decision, execution and result"
+            "the call log: each call's tool, arguments as sent, decision, execution and "
+            "result (a record tool's: the facts its guard read from the bank)"
         ),
     ),
     # The adaptive track (null on the fixed tracks): attacker messages sent, the first

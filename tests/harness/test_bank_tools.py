@@ -468,3 +468,18 @@ def test_references_stay_distinct_when_the_log_is_handed_on() -> None:
         assert record.executed, record.result.content
         references.append(json.loads(record.result.content)["reference"])
     assert references == ["RF-000001", "PO-000002", "RF-000003"]
+
+
+def test_a_destination_added_hours_ago_is_new_on_every_day_the_case_runs() -> None:
+    """`added_hours_ago` counts back from the bank's opening: two hours is within the
+    48-hour hold whatever the day; a destination must say when it was added, once."""
+    new = {"dest_new": {"type": "bank_account", "added_hours_ago": 2}}
+    ev = run(
+        case(payout("dest_new", "payout-key-1"), payout_destinations=new), granting(), "guarded"
+    )
+    [record] = ev.log
+    assert record.decision is not None
+    assert (record.executed, record.decision.codes) == (False, ("vault.destination_too_new",))
+    for both in ({}, {"added_at": "2026-01-01T00:00:00Z", "added_hours_ago": 2}):
+        with pytest.raises(ValueError, match="give added_at or added_hours_ago"):
+            case(payout_destinations={"d": {"type": "bank_account", **both}})

@@ -155,9 +155,11 @@ def test_the_config_file_adds_its_corpora_to_a_bare_pytest_only(
 def test_the_builtin_corpus_has_stable_readable_ids(pytester: pytest.Pytester) -> None:
     ids = listed(pytester, "--vault-corpus=builtin")
     # An indirect case's items: its attacked run and its clean run, per architecture.
-    assert len(ids) == BUILTIN_CASES * PER_CASE == (452 + 130) * PER_CASE
+    assert len(ids) == BUILTIN_CASES * PER_CASE == (452 + 130 + 51 + 308) * PER_CASE
     assert files_of(ids) == {f"builtin/level-{n}.jsonl" for n in range(1, 6)} | {
-        "builtin/indirect.jsonl"
+        "builtin/indirect.jsonl",
+        "builtin/tools-indirect.jsonl",
+        "builtin/tools.jsonl",
     }
     assert ids[0].startswith("builtin/indirect.jsonl::clean-")
     assert "builtin/level-1.jsonl::L1-s01-a1[scripted:obedient-A-model]" in ids
@@ -215,12 +217,14 @@ def test_a_copy_of_the_builtin_corpus_collects_the_same_cases(
     assert corpus_main(["copy", str(pytester.path / "ours")]) == 0
     assert (
         capsys.readouterr().out
-        == f"{pytester.path / 'ours'}: 7 files, 530 attacks, 52 benign, 171 sessions\n"
+        == f"{pytester.path / 'ours'}: 9 files, 845 attacks, 96 benign, 275 sessions\n"
     )
     assert sorted(p.name for p in (pytester.path / "ours").iterdir()) == [
         "case.schema.json",
         "indirect.jsonl",
         *(f"level-{n}.jsonl" for n in range(1, 6)),
+        "tools-indirect.jsonl",
+        "tools.jsonl",
     ]
     copied = listed(pytester, "--vault-corpus=ours")
     shipped = listed(pytester, "--vault-corpus=builtin")
@@ -247,7 +251,7 @@ def test_a_copy_of_the_builtin_corpus_collects_the_same_cases(
             None,
             "--vault-corpus 'builtin:level-6': no such built-in corpus (builtin, "
             "builtin:indirect, builtin:level-1, builtin:level-2, builtin:level-3, "
-            "builtin:level-4, builtin:level-5)",
+            "builtin:level-4, builtin:level-5, builtin:tools-indirect, builtin:tools)",
         ),
         # Named as the config file wrote it.
         (

@@ -551,7 +551,7 @@ def test_the_shipped_corpus(pytester: pytest.Pytester) -> None:
     """Every case of `cases/` snapshotted; one recipient changed at Level 3 fails exactly
     the cases whose calls a guard (the engine itself, call by call) now decides otherwise."""
     from pytest_vault.corpus.load import load_corpus
-    from pytest_vault.guard.engine import Guard
+    from pytest_vault.guard.engine import Guard, permits_recipient
     from pytest_vault.guard.folder import SHIPPED
     from pytest_vault.guard.passport import load_passport
 
@@ -560,13 +560,20 @@ def test_the_shipped_corpus(pytester: pytest.Pytester) -> None:
         shutil.copy(corpus, pytester.path)
     recorded = run(pytester, "--snapshot-update")
     # The direct cases and the indirect ones (their user task's calls).
-    assert recorded.ret == 0 and "582 snapshots generated." in recorded.outlines
+    assert recorded.ret == 0 and "941 snapshots generated." in recorded.outlines
     changed = passports(pytester, 3, recipient_changed)
 
-    def decided(case: Any, passport: Any) -> list[tuple[bool, tuple[str, ...]]]:
+    def decided(case: Any, passport: Any) -> list[object]:
+        """Each transfer's decision, and whether the charge allowlist (which a scheduled
+        payment's payee must be on, new or edited) permits each scheduled payee."""
         guard = Guard(passport)
         calls = [c for c in case.calls if c.name == "transfer_funds"]
-        return [(d.allow, d.codes) for d in (guard.check_call(c.name, c.arguments) for c in calls)]
+        out: list[object] = [
+            (d.allow, d.codes) for d in (guard.check_call(c.name, c.arguments) for c in calls)
+        ]
+        scheduled = ("schedule_transaction", "update_scheduled_transaction")
+        payees = [c.arguments.get("recipient") for c in case.calls if c.name in scheduled]
+        return out + [permits_recipient(passport.charge_limits, p) for p in payees if p]
 
     old = load_passport(SHIPPED / "level-3.json")
     new = load_passport(pytester.path / "passports" / "level-3.json")
@@ -576,10 +583,12 @@ def test_the_shipped_corpus(pytester: pytest.Pytester) -> None:
         for _, case in load_corpus(path)
         if case.level == 3 and decided(case, old) != decided(case, new)
     }
-    assert len(affected) == 28 + 26  # and the 26 indirect Level 3 tasks, which pay savings@
+    # 28 direct cases and the 26 indirect Level 3 tasks, which pay savings@; and the new
+    # tools' cases that schedule or redirect a payment to savings@ (3 direct, 3 indirect).
+    assert len(affected) == 28 + 26 + 3 + 3
     result = run(pytester, changed)
     failed = {t for t, outcome in outcomes(result).items() if outcome == "FAILED"}
-    assert failed == affected and len(outcomes(result)) == 582
+    assert failed == affected and len(outcomes(result)) == 941
 
 
 # Any text at all, lone surrogates included: corpus strings can hold them.
@@ -670,7 +679,7 @@ def test_witnesses_make_the_snapshots_see_a_change_the_corpus_misses(
     capsys.readouterr()
     # The witnesses' baseline, under the passports they were reviewed with.
     recorded = run(pytester, "--snapshot-update")
-    assert recorded.ret == 0 and "582 snapshots passed. 2 snapshots generated." in recorded.outlines
+    assert recorded.ret == 0 and "941 snapshots passed. 2 snapshots generated." in recorded.outlines
     result = run(pytester, changed)
     failed = {t for t, outcome in outcomes(result).items() if outcome == "FAILED"}
     assert failed == {
@@ -683,5 +692,5 @@ def test_witnesses_make_the_snapshots_see_a_change_the_corpus_misses(
         == "2 newly allowed (Level 2), 0 newly denied, 0 reason-only changes"
     )
     accepted = run(pytester, changed, "--snapshot-update")
-    assert accepted.ret == 0 and "582 snapshots passed. 2 snapshots updated." in accepted.outlines
+    assert accepted.ret == 0 and "941 snapshots passed. 2 snapshots updated." in accepted.outlines
     assert run(pytester, changed).ret == 0

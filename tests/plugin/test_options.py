@@ -65,7 +65,8 @@ BAD: dict[str, tuple[str, str]] = {
     "vault_corpus": (
         "builtin:level-9",
         "'builtin:level-9': no such built-in corpus (builtin, builtin:indirect, "
-        "builtin:level-1, builtin:level-2, builtin:level-3, builtin:level-4, builtin:level-5)",
+        "builtin:level-1, builtin:level-2, builtin:level-3, builtin:level-4, builtin:level-5, "
+        "builtin:tools-indirect, builtin:tools)",
     ),
 }
 

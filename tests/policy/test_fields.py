@@ -394,10 +394,15 @@ def test_lint_writes_its_findings_at_the_tables_pointers() -> None:
             covered.add(field.name)
     # Lint checks the mistakes of these fields; the others have no lint rule (any value
     # of theirs is one an author may mean), and diff and the search still read them.
-    assert covered == set(NAMES) - {
-        "capabilities",
-        "first_region",
-        "daily_cap",
-        "idempotency_required",
-        "x_vault_memo_approval_code_required",
-    } | PACK_LINTED
+    assert (
+        covered
+        == set(NAMES)
+        - {
+            "capabilities",
+            "first_region",
+            "daily_cap",
+            "idempotency_required",
+            "x_vault_memo_approval_code_required",
+        }
+        | PACK_LINTED
+    )
