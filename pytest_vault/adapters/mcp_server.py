@@ -60,7 +60,7 @@ from mcp.shared.message import SessionMessage
 from pydantic import TypeAdapter, ValidationError
 
 from pytest_vault.core.errors import FileError, describe, error_loc, reason
-from pytest_vault.core.json import DocumentError, line_at, read_json, utf8
+from pytest_vault.core.json import line_at, read_json_file
 from pytest_vault.core.text import shown, valid_utf8
 from pytest_vault.corpus.model import RECORD_TOOLS as RECORDS
 from pytest_vault.corpus.model import Environment
@@ -703,15 +703,7 @@ def load_records(path: str | Path) -> Environment:
     holds it (`corpus.model.Environment`), read as strictly as a corpus line. Any problem
     is one `FileError` naming the file, the line and the field."""
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
-        raise FileError(f"{path}: cannot read: {reason(exc)}") from None
-    try:
-        text = utf8(data)
-        value = read_json(text)
-    except DocumentError as exc:
-        raise FileError(f"{exc.where(str(path))}: {exc}") from None
+    value, text, _ = read_json_file(path, FileError)
     kinds = ", ".join(RECORDS)
     if type(value) is not dict or not value:
         raise FileError(f"{path}:{line_at(text, ())}: (root): expected an object of {kinds}")

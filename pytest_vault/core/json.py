@@ -40,9 +40,10 @@ from decimal import (
     Underflow,
 )
 from json.encoder import encode_basestring, encode_basestring_ascii
+from pathlib import Path
 from typing import Any, NamedTuple
 
-from pytest_vault.core.errors import VaultError, field_path
+from pytest_vault.core.errors import VaultError, field_path, reason
 
 
 def sha256(data: bytes) -> str:
@@ -397,6 +398,20 @@ def utf8(data: bytes) -> str:
             f"not valid UTF-8: byte 0x{data[bad]:02x} at column {bad - line_start + 1}",
             data.count(b"\n", 0, bad) + 1,
         ) from None
+
+
+def read_json_file(path: Path, error: Callable[[str], Exception]) -> tuple[Any, str, bytes]:
+    """A JSON file's value, its text and its bytes (for a digest of what was parsed), or
+    `error` of one line naming the file (and the line, where the text is at fault)."""
+    try:
+        data = path.read_bytes()
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise error(f"{path}: cannot read: {reason(exc)}") from None
+    try:
+        text = utf8(data)
+        return read_json(text), text, data
+    except DocumentError as exc:
+        raise error(f"{exc.where(str(path))}: {exc}") from None
 
 
 def read_json(document: str | bytes) -> Any:

@@ -33,8 +33,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from pytest_vault.core.errors import FileError, describe, error_loc, reason
-from pytest_vault.core.json import DocumentError, line_at, read_json, sha256, utf8
+from pytest_vault.core.errors import FileError, describe, error_loc
+from pytest_vault.core.json import line_at, read_json_file, sha256
 
 CHARGE = "payments.charge"
 WILDCARD = "*"
@@ -326,13 +326,5 @@ def read_passport(path: str | Path) -> tuple[Passport, str]:
     So what is recorded as enforced is what is enforced, whatever the file holds later.
     """
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
-        raise PassportError(f"{path}: cannot read: {reason(exc)}") from None
-    try:
-        text = utf8(data)
-        value = read_json(text)
-    except DocumentError as exc:
-        raise PassportError(f"{exc.where(str(path))}: {exc}") from None
+    value, text, data = read_json_file(path, PassportError)
     return passport_from_data(value, str(path), text), sha256(data)
