@@ -668,6 +668,9 @@ def test_agentdojo_passports_permit_each_payee_and_never_the_attacker(
             " recurring, next on 2022-04-01) and 7 (Rent: $1,100 to US122000000121212121212,"
             " once, next on 2022-04-04)."
         ) in " ".join(prompt.split())
+        # Its prompt is the whole prompt: none of the shipped record paragraphs (their
+        # payees and account fields would contradict it).
+        assert levels[n].tools_prompts == ()
     # Judged as the import judges: each task payment allowed by a guard of the case's
     # level (a scheduled one on its own ledger), each account change by its field's grant;
     # a payment to the attacker refused for its recipient alone.

@@ -635,6 +635,14 @@ def _permitting(
         if found is None:
             raise ImporterError(f"the shipped levels.toml: no system_prompt for level {level}")
         toml = f'{toml[: found.end(1)]}{prompt}"""{toml[found.end() :]}'
+        # Its prompt describes every tool the import offers, and its policy: the shipped
+        # paragraphs for the bank's records (their payees, their account fields) would
+        # contradict it, so the level has none.
+        section = re.compile(rf"(?ms)^\[level\.{level}\]\n.*?(?=^\[|\Z)")
+        at = section.search(toml)
+        assert at is not None  # its system_prompt was found in it
+        kept = re.sub(r'(?ms)^tools\.\w+ = """\n.*?^"""\n\n?', "", at.group(0))
+        toml = toml[: at.start()] + kept + toml[at.end() :]
     files["levels.toml"] = toml.encode("utf-8")
     parse_toml(files["levels.toml"], "levels.toml", LevelsFile)  # it reads as it is meant to
     return passports
