@@ -86,7 +86,13 @@ class ModelPlan:
     clean_runs: int = 0
 
     def record(self) -> dict[str, Any]:
-        return asdict(self)
+        """The plan as its JSON record: costs to the micro-dollar (a sum of float
+        products, whose last digits are the arithmetic's, not the prices')."""
+        out = asdict(self)
+        for key in ("cost_usd_min", "cost_usd_max"):
+            if out[key] is not None:
+                out[key] = round(out[key], 6)
+        return out
 
 
 def tokens(body: dict[str, Any]) -> int:
