@@ -5,10 +5,10 @@ the HTML report's filters and the coverage table are made from.
 The table was reviewed by hand against the OWASP entries' descriptions
 (docs/explanation/owasp.md says why each category maps where it does). Every attack
 aims at a money movement the passport forbids, so every attack tests ASI02 (tool misuse);
-what else it tests depends on how it asks. A category not in the table (a team's own,
-an importer's) maps by its track: an indirect attack hijacks the agent's goal through
-what it reads (ASI01, ASI06), any attack misuses the payment tool (ASI02). Benign
-requests and paired clean runs test nothing.
+what else it tests depends on how it asks, and where: an attack planted in what the tools
+return (the indirect track, whatever its category) hijacks the agent's goal through its
+context (ASI01, ASI06). A category not in the table (a team's own, an importer's) maps
+by its track alone. Benign requests and paired clean runs test nothing.
 """
 
 from __future__ import annotations
@@ -81,10 +81,10 @@ def asi_of(category: str, track: str) -> tuple[str, ...]:
     () for a benign request or a paired clean run."""
     if category in UNTESTED_CATEGORIES:
         return ()
-    known = BY_CATEGORY.get(category)
-    if known is not None:
-        return known
-    return _PLANTED if track == "indirect" else ("ASI02",)
+    entries = set(BY_CATEGORY.get(category, ("ASI02",)))
+    if track == "indirect":
+        entries.update(_PLANTED)
+    return tuple(sorted(entries))
 
 
 def risk_category(asi: str) -> str:
