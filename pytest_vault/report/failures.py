@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pytest_vault.corpus.owasp import ASI, asi_of
 from pytest_vault.guard.engine import TRANSFER_TOOL
 from pytest_vault.guard.money import Money
 from pytest_vault.report.charts import ARCH
@@ -503,6 +504,8 @@ FILTERS: tuple[tuple[str, str, Callable[[Mapping[str, Any]], list[str]]], ...] =
     ("arch", "architecture", lambda r: [ARCH.get(r["architecture"], r["architecture"])]),
     ("category", "category", lambda r: [r["category"]]),
     ("tool", "tool", lambda r: [] if r["tool"] is None else [r["tool"]]),
+    # The OWASP entries its attack tests (`corpus.owasp`): one row under several.
+    ("asi", "OWASP ASI", lambda r: [f"{a} {ASI[a]}" for a in asi_of(r["category"], r["track"])]),
     ("event", "event", lambda r: [r["event"]]),
     ("reason", "reason", lambda r: list(r["reasons"])),
 )

@@ -101,18 +101,20 @@ def _joined(row: Mapping[str, Any]) -> dict[str, Any]:
             if row[low] is not None and row[high] is not None:
                 text += f" [{cell(low, row[low])}, {cell(high, row[high])}]"
             out[key] = text
-        elif key == "upper_bound_eval" and "upper_bound_session" in row:
-            session = row["upper_bound_session"]
-            out["zero_bound"] = (
+        elif key.endswith("upper_bound_eval") and f"{key[:-4]}session" in row:
+            # `PREFIXupper_bound_eval` and `_session` (the OWASP table's per architecture).
+            session = row[f"{key[:-4]}session"]
+            out[f"{key.removesuffix('upper_bound_eval')}zero_bound"] = (
                 None
                 if value is None
-                else f"{cell(key, value)}, 3/S {cell('upper_bound_session', session)}"
+                else f"{cell('upper_bound_eval', value)}, 3/S "
+                f"{cell('upper_bound_session', session)}"
             )
         elif key.endswith(("ci_low", "ci_high")) and (
             f"{key.rpartition('ci_')[0]}rate" in row or (key[:3] == "ci_" and "difference" in row)
         ):
             continue
-        elif key != "upper_bound_session" or "upper_bound_eval" not in row:
+        elif not key.endswith("upper_bound_session") or f"{key[:-7]}eval" not in row:
             out[key] = value
     return out
 

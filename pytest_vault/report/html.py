@@ -74,6 +74,7 @@ class HtmlTable:
     title: str
     headers: list[list[str]]  # each header's pieces, to break after each "_"
     rows: list[tuple[bool, list[Cell]]]  # (incomplete, cells)
+    notes: tuple[str, ...] = ()  # lines under its title (the OWASP entries not covered)
 
 
 def _cell(name: str, value: Any) -> Cell:
@@ -88,6 +89,7 @@ def _cell(name: str, value: Any) -> Cell:
 
 def html_table(name: str, rows: Table, title: str = "") -> HtmlTable:
     """A table as the text report shows it (`formats.for_reading`, `formats.cell`), whole."""
+    notes = _uncovered(rows) if name == "owasp" else ()
     rows = for_reading(name, rows)
     headers = list(dict.fromkeys(k for row in rows for k in row))
     return HtmlTable(
@@ -95,7 +97,17 @@ def html_table(name: str, rows: Table, title: str = "") -> HtmlTable:
         title or TITLES.get(name, name),
         [[f"{p}_" for p in h.split("_")[:-1]] + [h.split("_")[-1]] for h in headers],
         [(row.get("complete") is False, [_cell(h, row.get(h)) for h in headers]) for row in rows],
+        notes,
     )
+
+
+def _uncovered(rows: Table) -> tuple[str, ...]:
+    """The OWASP entries no attack of the rows tests, named, each with why."""
+    missing = [r for r in rows if not r["attacks"]]
+    if not missing:
+        return ()
+    named = "; ".join(f"{r['asi']} {r['title']} ({r['coverage']})" for r in missing)
+    return (f"Not tested by these rows ({len(missing)} of {len(rows)} entries): {named}.",)
 
 
 # -- the page ---------------------------------------------------------------------------------

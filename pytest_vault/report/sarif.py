@@ -11,6 +11,10 @@ repository's configuration file (`CONFIG`, line 1), never into site-packages.
 - `vault/violation` (error): a transfer the passport forbids executed behind the guard;
 - `vault/unpermitted` (note): the model alone paid a recipient the passport does not
   permit (what the guard is there to stop).
+
+Each result about an attack carries, in `properties.tags`, the OWASP Top 10 for Agentic
+Applications 2026 entries its case tests (`corpus.owasp.asi_of`), spelled as promptfoo's
+framework collections name them (`owasp:agentic:asi02`), so code scanning filters by them.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import pyarrow.compute as pc
 from pytest_vault import __version__
 from pytest_vault.core.sarif import Finding, Rule, sarif_log
 from pytest_vault.corpus.builtin import PREFIX
+from pytest_vault.corpus.owasp import asi_of
 from pytest_vault.guard.engine import TRANSFER_TOOL
 from pytest_vault.guard.money import Money
 from pytest_vault.harness.events import forbidden
@@ -60,7 +65,7 @@ RULES = (
 CONFIG = "pyproject.toml"
 BUILTIN = "pytest-vault builtin corpus"
 COLUMNS = (
-    *("attack_id", "model", "track", "architecture", "trial", "level", "source"),
+    *("attack_id", "model", "track", "architecture", "trial", "level", "source", "category"),
     *("violation", "unpermitted", "tool_calls"),
 )
 TOOL = "tool"  # the money-moving tool a case is about (a table without it: transfers)
@@ -86,17 +91,33 @@ def report_sarif(table: pa.Table, regressed: Sequence[Mapping[str, Any]] = ()) -
     findings = [_finding(r, named) for r in rows]
     if regressed:
         ids = pa.array(sorted({str(r["attack_id"]) for r in regressed}), pa.string())
-        mine = table.filter(pc.is_in(table["attack_id"], ids)).select(["attack_id", "source", TOOL])
+        mine = table.filter(pc.is_in(table["attack_id"], ids)).select(
+            ["attack_id", "source", TOOL, "category"]
+        )
         sources = dict(zip(mine["attack_id"].to_pylist(), mine["source"].to_pylist(), strict=True))
         tools = dict(zip(mine["attack_id"].to_pylist(), mine[TOOL].to_pylist(), strict=True))
+        categories = dict(
+            zip(mine["attack_id"].to_pylist(), mine["category"].to_pylist(), strict=True)
+        )
         order = ("attack_id", "model", "track", "architecture", "measure")
         for r in sorted(regressed, key=lambda r: tuple(str(r[k]) for k in order)):
             tool = tools.get(r["attack_id"]) if named else None
-            findings.append(_regressed(r, sources.get(r["attack_id"]), tool))
+            tags = tags_of(categories.get(r["attack_id"]), str(r["track"]))
+            findings.append(_regressed(r, sources.get(r["attack_id"]), tool, tags))
     return sarif_log("pytest-vault", __version__, RULES, findings)
 
 
-def _regressed(r: Mapping[str, Any], source: str | None, tool: str | None) -> Finding:
+def tags_of(category: str | None, track: str) -> list[str]:
+    """A case's OWASP ASI tags (`owasp:agentic:asi01`), in OWASP's order: none for a
+    benign request, a paired clean run, or a case whose category is not known."""
+    return (
+        [] if category is None else [f"owasp:agentic:{a.lower()}" for a in asi_of(category, track)]
+    )
+
+
+def _regressed(
+    r: Mapping[str, Any], source: str | None, tool: str | None, tags: list[str]
+) -> Finding:
     """A regressed attack's result; `tool`: its case's, where the log names tools."""
     about = "" if tool is None else f", tool {tool}"
     text = (
@@ -110,6 +131,8 @@ def _regressed(r: Mapping[str, Any], source: str | None, tool: str | None) -> Fi
     properties = {k: r[k] for k in ("attack_id", "model", "track", "architecture", "measure")}
     if tool is not None:
         properties["tool"] = tool
+    if tags:
+        properties["tags"] = tags
     return Finding("vault/regression", "error", text + said, uri, line, properties, logical)
 
 
@@ -143,6 +166,9 @@ def _finding(row: dict[str, Any], named: bool) -> Finding:
     properties = {k: row[k] for k in ("attack_id", "model", "track", "architecture", "trial")}
     if named:
         properties[TOOL] = row[TOOL]
+    tags = tags_of(row["category"], row["track"])
+    if tags:
+        properties["tags"] = tags
     return Finding(
         "vault/violation" if guarded else "vault/unpermitted",
         "error" if guarded else "note",

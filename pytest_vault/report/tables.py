@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pytest_vault.corpus.owasp import ASI, NOT_TESTED, asi_of
 from pytest_vault.guard.engine import TRANSFER_TOOL
 from pytest_vault.report.judges import COLUMN as VERDICTS
 from pytest_vault.report.judges import Verdicts, agreement_table, judge_table
@@ -61,6 +62,11 @@ TITLES = {
     "model's violation, not a completion); over-blocking: model alone's share minus the "
     "guard's",
     "coverage": "Coverage: planned, completed, error and not-run evaluations per cell",
+    "owasp": "OWASP Top 10 for Agentic Applications 2026, every entry (Levels 2-4, every "
+    "track pooled: counts, never a rate): the attacks whose category maps to it (counts "
+    "attacks: distinct attack ids), and their completed evaluations model alone and behind "
+    "the guard (each trial and track one) with those that made an unpermitted transfer, a "
+    "zero with its bounds; an entry no attack maps to says why",
     "trials": "Trials (counts attacks, each with every trial of every track completed; a "
     "trial is safe when no track's run of it made an unpermitted transfer): safe in every "
     "trial (pass^k), in at least one (pass@k), and flaky (safe in some, not all), 95% CI by "
@@ -292,6 +298,17 @@ def _dense(codes: np.ndarray) -> tuple[np.ndarray, int]:
     return inverse.reshape(-1), len(distinct)
 
 
+def _code(labels: list[str], value: str) -> int:
+    """A label's code (`Columns`' sorted labels), or -1, which no row holds."""
+    return labels.index(value) if value in labels else -1
+
+
+def _track_order(track: str) -> tuple[int, str]:
+    """Tracks in the results column's order (A, B, adaptive, indirect), others after."""
+    order = ("A", "B", ADAPTIVE, INDIRECT)
+    return (order.index(track) if track in order else len(order), track)
+
+
 def _rate(hits: int, n: int) -> float | None:
     return None if n == 0 else hits / n
 
@@ -347,6 +364,7 @@ class Analysis:
         self.adaptive_rows = table.filter(adaptive)
         self.indirect_rows = table.filter(indirect)
         self.metadata = list(metadata)
+        self.rows = table  # every track's: the OWASP table pools them
         self.boot = bootstrap or Bootstrap()
         c = self.cols
         self.done = c.mask("status", "completed")
@@ -776,6 +794,72 @@ class Analysis:
             out.append(row)
         return out
 
+    def owasp(self) -> Table:
+        """Per OWASP ASI entry, all ten in OWASP's order, over the attack rows of Levels
+        2-4 of every track (pooled: the one table the indirect placements' entry is in):
+        the attacks (distinct attack ids) whose category, by its track, tests the entry
+        (`corpus.owasp.asi_of`) and the tracks they ran in; per architecture, their
+        completed evaluations and those with an unpermitted transfer, a zero with its
+        bounds (none measured: None, never a zero); the evaluations not completed apart.
+        An entry no attack maps to says why (`NOT_TESTED`), else that no attack of these
+        rows maps to it. Counts over a set of rows: their order, sharding and merging
+        change nothing."""
+        t = self.rows
+        headline = pa.array(LEVEL_GROUPS[0][1], t.schema.field("level").type)
+        keep = pc.and_(pc.equal(t["kind"], "attack"), pc.is_in(t["level"], headline))
+        t = t.filter(pc.fill_null(keep, False))
+        n = t.num_rows
+        codes: dict[str, np.ndarray] = {}
+        labels: dict[str, list[str]] = {}
+        for name in ("attack_id", "session", "category", "track", "architecture", "status"):
+            codes[name], labels[name] = _encode(t[name]) if n else (np.zeros(0, np.int64), [])
+        unpermitted = _bools(t["unpermitted"]) if n else np.zeros(0, bool)
+        done = codes["status"] == _code(labels["status"], "completed")
+        # Each row's (category, track) pair, and the entries each pair tests.
+        tracks = len(labels["track"])
+        pair = codes["category"] * tracks + codes["track"]
+        tests = {asi: np.zeros(len(labels["category"]) * tracks, bool) for asi in ASI}
+        for c, category in enumerate(labels["category"]):
+            for k, track in enumerate(labels["track"]):
+                for asi in asi_of(category, track):
+                    tests[asi][c * tracks + k] = True
+        out: Table = []
+        for asi, title in ASI.items():
+            mine = tests[asi][pair]
+            attacks = _dense(codes["attack_id"][mine])[1] if mine.any() else 0
+            ran = [labels["track"][i] for i in _present(codes["track"][mine], tracks)]
+            row: dict[str, Any] = {
+                "asi": asi,
+                "title": title,
+                "attacks": attacks,
+                "tracks": ", ".join(sorted(ran, key=_track_order)) or None,
+            }
+            for arch in ("model", "guarded"):
+                cell = mine & (codes["architecture"] == _code(labels["architecture"], arch))
+                where = cell & done
+                count = int(where.sum())
+                hits = int(unpermitted[where].sum())
+                sessions = _dense(codes["session"][where])[1] if count else 0
+                row[f"{arch}_evaluations"] = count if attacks else None
+                row[f"{arch}_unpermitted"] = hits if count else None
+                zero = attacks and count and not hits
+                row[f"{arch}_upper_bound_eval"] = zero_bound(count) if zero else None
+                row[f"{arch}_upper_bound_session"] = rule_of_three(sessions) if zero else None
+            status = codes["status"][mine]
+            row["errors"] = int((status == _code(labels["status"], "error")).sum())
+            row["not_run"] = int((status == _code(labels["status"], "not_run")).sum())
+            row["unpermitted_incomplete"] = int((mine & ~done & unpermitted).sum())
+            why = NOT_TESTED.get(asi)
+            row["coverage"] = (
+                "covered"
+                if attacks
+                else f"not covered by this corpus: {why}"
+                if why is not None
+                else "no attack of this run maps here"
+            )
+            out.append(row)
+        return out
+
     def unpermitted_transfers(self, limit: int = 200) -> Table:
         """The transfers behind the unpermitted counts, as the model made them (for the report)."""
         c = self.cols
@@ -939,8 +1023,11 @@ class Analysis:
             "concentration": self.concentration(),
             "reach": self.reach(),
             "benign": self.benign(),
+            "owasp": self.owasp(),
             "coverage": self.coverage(),
         }
+        if not pc.any(pc.equal(self.rows["kind"], "attack")).as_py():
+            del out["owasp"]  # benign requests alone test no entry: reported as before
         if not out["headline_by_tool"]:  # rows about one tool: the headline is its own
             del out["headline_by_tool"]
         if self.cols.trials > 1:
@@ -975,6 +1062,7 @@ def merged_metadata(metadata: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     out["planned"] = dict(sorted(planned.items()))
     out["planned_run"] = {}
     out["shard"] = None
+    out["manifest"] = None  # a merge is no shard: its files' manifests were checked
     out["models"] = sorted({m for meta in metadata for m in meta.get("models", [])})
     out["merged_from"] = len(metadata)
     return dict(scrubbed(out))

@@ -130,6 +130,8 @@ def test_each_attack_the_gate_found_regressed_is_a_result_where_its_case_is() ->
     assert results[0]["locations"][0]["logicalLocations"][0]["fullyQualifiedName"] == (
         "pytest-vault builtin corpus/level-2.jsonl/L2-s07-a3"
     )
+    # The OWASP ASI entries the regressed case's category tests (direct_transfer's).
+    assert [r["properties"]["tags"] for r in results] == [["owasp:agentic:asi02"]] * 2
     assert report_sarif(table)["runs"][0]["results"] == []  # no gate: no such result
 
 
