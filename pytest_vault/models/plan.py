@@ -308,6 +308,58 @@ def _plan(
     )
 
 
+# -- a shard's slice of the budget ----------------------------------------------------------
+
+
+class Slice(NamedTuple):
+    """A shard's part of `--vault-budget-usd`: `usd`, and what it was split by."""
+
+    usd: float
+    budget_usd: float
+    mine: float  # the shard's planned cost (or evaluations, `by` says which)
+    run: float  # the whole run's
+    by: Literal["planned cost", "evaluations"]
+
+    def said(self) -> str:
+        """`budget slice $0.40 of $1.00 (its planned cost $0.12 of $0.30)`."""
+        if self.by == "planned cost":
+            why = f"its planned cost {usd(self.mine)} of {usd(self.run)}"
+        else:
+            why = (
+                f"{self.mine:,.0f} of {self.run:,.0f} evaluations: the run's planned cost is "
+                "not known or $0"
+            )
+        return f"budget slice {usd(self.usd)} of {usd(self.budget_usd)} ({why})"
+
+
+def planned_cost(plans: Iterable[ModelPlan]) -> float:
+    """What the plans cost at most, of those with a known cost (`cost_usd_max`)."""
+    return math.fsum(p.cost_usd_max for p in plans if p.cost_usd_max is not None)
+
+
+def budget_slice(
+    budget_usd: float,
+    mine: Sequence[ModelPlan],
+    run: Sequence[ModelPlan],
+) -> Slice:
+    """A shard's slice of the run's budget: budget x its planned cost / the run's, so the
+    shards' slices add up to the budget and each spends in proportion to what it plans.
+    Where the run's planned cost is $0 or not known (controls, an `agent:` spec, no price),
+    the split is by evaluations instead, and the slice says so."""
+    cost, total = planned_cost(mine), planned_cost(run)
+    if total > 0:
+        return Slice(budget_usd * cost / total, budget_usd, cost, total, "planned cost")
+    evaluations = sum(p.evaluations for p in mine if not _other(p))
+    every = sum(p.evaluations for p in run if not _other(p))
+    share = evaluations / every if every else 0.0
+    return Slice(budget_usd * share, budget_usd, evaluations, every, "evaluations")
+
+
+def _other(plan: ModelPlan) -> bool:
+    """A judge's or attacker's plan (its evaluations repeat the models')."""
+    return plan.note.startswith(("judge:", "attacker:"))
+
+
 # -- output ---------------------------------------------------------------------------------
 
 

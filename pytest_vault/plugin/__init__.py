@@ -85,6 +85,11 @@ def pytest_configure(config: pytest.Config) -> None:
     take_args(config, vault.corpora, from_config)
     if workerinput is None:
         preflight(vault)
+    if options.shard is not None:
+        from pytest_vault.plugin.shards import configure as configure_shard
+
+        configure_shard(config, vault)
+    if workerinput is None:
         from pytest_vault.plugin.rows import LastAttempts
 
         config.pluginmanager.register(LastAttempts(vault.store), "vault-attempts")
@@ -148,7 +153,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             raise pytest.UsageError(unheard)
     if not vault.collected and shard is None:
         return  # nothing of ours: the run stays exactly the user's (and imports nothing)
-    from pytest_vault.plugin.collect import apply_sample, group_key, planned
+    from pytest_vault.plugin.collect import apply_sample, planned
 
     if config.getoption("vault_decisions"):
         from pytest_vault.plugin.decisions import deselect_levels
@@ -158,16 +163,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     apply_sample(config, items)
     vault.planned_run = planned(items)
     if shard is not None:
-        k, n = shard
-        # Whole groups (a case and a model: its tracks and architectures share requests)
-        # in sorted order, dealt round-robin: balanced, and stable across machines.
-        groups = sorted({group_key(item) for item in items})
-        mine = {g for i, g in enumerate(groups) if i % n == k - 1}
-        keep = [item for item in items if group_key(item) in mine]
-        dropped = [item for item in items if group_key(item) not in mine]
-        if dropped:
-            config.hook.pytest_deselected(items=dropped)
-            items[:] = keep
+        from pytest_vault.plugin.shards import select
+
+        select(config, vault, items)  # its share, its manifest and its budget slice
     vault.planned = planned(items)
 
 

@@ -137,6 +137,13 @@ _NATURAL = re.compile("[0-9]{1,18}")  # `isdigit` is true of '\u0661' and '\u00b
 
 
 def shard(value: str) -> tuple[int, int]:
+    if value == "auto":  # from the CI engine's variables (`plugin.shards`)
+        from pytest_vault.plugin.shard_engines import ShardError, auto
+
+        try:
+            return auto()
+        except ShardError as exc:
+            raise OptionError(f"auto: {exc}") from None
     k, sep, n = value.partition("/")
     if not (sep and _NATURAL.fullmatch(k) and _NATURAL.fullmatch(n) and 1 <= int(k) <= int(n)):
         raise OptionError(f"{value!r}: expected K/N with 1 <= K <= N, e.g. 2/3")

@@ -283,15 +283,33 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "--vault-shard",
-        "run share K of N (1-based): N CI jobs together run every test exactly once",
+        "run share K of N (1-based): N CI jobs together run every test exactly once; auto: "
+        "the shard the CI engine's variables say (GitLab, Bazel, a Kubernetes Indexed Job, "
+        "VAULT_SHARD)",
         shard,
-        metavar="K/N",
+        metavar="K/N|auto",
     ),
     Option(
         "--vault-report",
         "write the HTML report of this run's rows at the end",
         path(),
         metavar="FILE.html",
+    ),
+    Option(
+        "--vault-otel",
+        "write the run as OpenTelemetry traces (OTLP/JSON: GenAI agent, tool and guardrail "
+        "spans) to this file at the end; with the [otel] extra and OTEL_EXPORTER_OTLP_ENDPOINT "
+        "set, also send them to that collector",
+        path(),
+        metavar="FILE.json",
+    ),
+    Option(
+        "--vault-otel-key-env",
+        "the environment variable holding the key of the guardrail spans' input hash "
+        "(HMAC-SHA256 of the RFC 8785 canonical arguments; needs the [otel] extra); unset: "
+        "no hash",
+        text("a variable name"),
+        metavar="NAME",
     ),
     Option(
         "--vault-progress",

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pytest_vault.core.text import scrub_url
+from pytest_vault.plugin.shard_engines import RUN_ID
 
 if TYPE_CHECKING:
     from pytest_vault.plugin.session import VaultSession
@@ -16,6 +21,7 @@ def metadata(vault: VaultSession) -> dict[str, Any]:
     from pytest_vault.corpus.load import corpus_digest
 
     opts = vault.options
+    digest = corpus_digest(vault.corpus_digests)
     return {
         "pytest_vault_version": __version__,
         "models": list(opts.models),
@@ -32,8 +38,10 @@ def metadata(vault: VaultSession) -> dict[str, Any]:
         "decode": dict(sorted(vault.decode_record().items())),
         "passports": dict(sorted(vault.passports.items())),
         "corpus_files": dict(sorted(vault.corpus_digests.items())),
-        "corpus_digest": corpus_digest(vault.corpus_digests),
+        "corpus_digest": digest,
         "shard": None if opts.shard is None else f"{opts.shard[0]}/{opts.shard[1]}",
+        # A shard's manifest: its run, which shard, the cells it owns (`plugin.shards`).
+        "manifest": shard_manifest(vault, digest),
         "planned": dict(sorted(vault.planned.items())),
         "planned_run": dict(sorted(vault.planned_run.items())),
         "sample": vault.sample,
@@ -76,3 +84,35 @@ def judge_record(vault: VaultSession) -> dict[str, Any] | None:
         "max_tokens": loaded.prompt.max_tokens,
         "temperature": TEMPERATURE,
     }
+
+
+def run_id(vault: VaultSession, corpus_digest: str) -> str:
+    """The id every shard of one run shares, and no other run: a digest of what the
+    shards share (the corpus, the run's plan of cells, the shard total, the settings that
+    change a row) and `VAULT_RUN_ID` when set (give it alike to every shard, from the CI's
+    own run id, to keep two runs of one plan apart). No engine's own run id is read:
+    Bazel and Kubernetes give none, and a re-run shard of one plan merges as the same."""
+    assert vault.manifest is not None
+    opts = vault.options
+    shared: Sequence[object] = (
+        corpus_digest,
+        vault.manifest["shard"].partition("/")[2],
+        vault.manifest["run_cells"],
+        vault.manifest["run_cells_sum"],
+        opts.strict,
+        opts.max_steps,
+        opts.guard,
+        opts.attacker,
+        opts.rounds,
+        os.environ.get(RUN_ID),
+    )
+    text = json.dumps(shared, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def shard_manifest(vault: VaultSession, corpus_digest: str) -> dict[str, Any] | None:
+    """The shard's manifest for its results metadata; None when the run is no shard."""
+    if vault.options.shard is None or vault.manifest is None:
+        return None
+    own = {k: v for k, v in vault.manifest.items() if k != "said"}
+    return {"run": run_id(vault, corpus_digest), **own}

@@ -58,6 +58,9 @@ class VaultSession:
     planned: dict[str, int] = field(default_factory=dict)
     # The same for the whole run before --vault-shard: a merge of shards checks against it.
     planned_run: dict[str, int] = field(default_factory=dict)
+    # `--vault-shard`: what the shard owns of the run (`plugin.shards.select`), for its
+    # manifest; None: no shard.
+    manifest: dict[str, Any] | None = None
     # Per model spec: decode settings sent / not sent, as merged from xdist workers.
     decode: dict[str, dict[str, Any]] = field(default_factory=dict)
     # The passports enforced, per level: the file loaded and the digest of the bytes that

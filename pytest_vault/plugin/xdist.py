@@ -82,6 +82,7 @@ class XdistHooks:
         # Every worker collects (and plans) the same items: any one's count is the run's.
         vault.planned = vault.planned or output.get("planned", {})
         vault.planned_run = vault.planned_run or output.get("planned_run", {})
+        vault.manifest = vault.manifest or output.get("manifest")
         if "spend" in output:  # its last ledger
             vault.ledgers[str(node.gateway.id)] = (output["spend"], True)
         if "sample" in output:  # a worker that crashed before the end reports nothing

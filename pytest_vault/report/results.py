@@ -8,6 +8,7 @@ as untrusted input: anything that breaks a rule is a `ResultsError`, one line in
 from __future__ import annotations
 
 import gc
+import hashlib
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -30,7 +31,9 @@ from pydantic import (
     StrictStr,
     TypeAdapter,
     ValidationError,
+    ValidationInfo,
     field_validator,
+    model_validator,
 )
 from pydantic_core import PydanticCustomError
 from typing_extensions import TypedDict  # pydantic reads only this one on 3.11
@@ -305,6 +308,69 @@ class Regressed:
         )
 
 
+# -- a shard's manifest --------------------------------------------------------------------
+
+# The cells a shard owns as one number that adds up: the sum, modulo 2**256, of each cell
+# id's sha256. The shards of a run add up to the run's sum when together they own each
+# cell of its plan once; a cell owned twice or by none changes it (a sum, unlike a XOR,
+# does not cancel a cell counted twice). It guards against accidents, not forgery: a
+# file's metadata can be edited to say anything.
+_SUM = 2**256
+Hex64 = Annotated[StrictStr, Field(pattern="^[0-9a-f]{64}$")]
+
+
+def cells_sum(ids: Iterable[str]) -> str:
+    """The sum of cell ids (`attack|model|track|architecture|trial`), as 64 hex digits."""
+    total = sum(int.from_bytes(hashlib.sha256(i.encode()).digest(), "big") for i in ids)
+    return f"{total % _SUM:064x}"
+
+
+def _shard_text(value: object) -> str:
+    """`K/N` with 1 <= K <= N, or a `PydanticCustomError` naming what it got."""
+    match = _SHARD.fullmatch(value) if type(value) is str else None
+    if match is None:
+        raise PydanticCustomError("shard", "expected K/N, got {got}", {"got": shown(repr(value))})
+    if int(match[1]) > int(match[2]):
+        raise PydanticCustomError(
+            "shard", "expected K/N with K <= N, got {got}", {"got": shown(repr(value))}
+        )
+    return str(value)
+
+
+class Manifest(BaseModel):
+    """A shard's manifest (`manifest` in its results metadata): the run it is a shard of
+    (`run`: the same in every shard of one run, `plugin.shards.run_id`), which shard,
+    where the shard came from, and the cells it owns and the run's, counted and summed
+    (`cells_sum`): what a merge checks, by content, never by file name."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run: Annotated[StrictStr, Field(pattern="^[0-9a-f]{16}$")]
+    shard: StrictStr
+    source: StrictStr
+    cells: Count
+    cells_sum: Hex64
+    run_cells: Count
+    run_cells_sum: Hex64
+    # `--vault-budget-usd`'s slice for this shard (by its planned cost); None: no budget.
+    budget_usd: Annotated[StrictFloat, Field(ge=0, allow_inf_nan=False)] | None = None
+
+    @field_validator("shard", mode="before")
+    @classmethod
+    def _shard(cls, value: object) -> str:
+        return _shard_text(value)
+
+    @model_validator(mode="after")
+    def _owned(self) -> Manifest:
+        if self.cells > self.run_cells:
+            raise PydanticCustomError(
+                "manifest",
+                "cells: {cells} owned of a run of {run}",
+                {"cells": self.cells, "run": self.run_cells},
+            )
+        return self
+
+
 class Metadata(BaseModel):
     """What `vault-report` reads from a file's metadata; other keys are kept as they are."""
 
@@ -330,21 +396,25 @@ class Metadata(BaseModel):
     # stop), in words; None: it ran to its end (and files before it).
     stopped: StrictStr | None = None
 
+    # A shard's manifest (`Manifest`); None: not a shard (and shards before manifests).
+    manifest: Manifest | None = None
+
     @field_validator("shard", mode="before")
     @classmethod
     def _shard(cls, value: object) -> str | None:
-        if value is None:
-            return None
-        match = _SHARD.fullmatch(value) if type(value) is str else None
-        if match is None:
+        return None if value is None else _shard_text(value)
+
+    @field_validator("manifest")
+    @classmethod
+    def _same_shard(cls, value: Manifest | None, info: ValidationInfo) -> Manifest | None:
+        shard = info.data.get("shard")  # declared before: validated first
+        if value is not None and value.shard != shard:
             raise PydanticCustomError(
-                "shard", "expected K/N, got {got}", {"got": shown(repr(value))}
+                "manifest",
+                "shard {said} is not the file's shard {shard}",
+                {"said": value.shard, "shard": shown(repr(shard))},
             )
-        if int(match[1]) > int(match[2]):
-            raise PydanticCustomError(
-                "shard", "expected K/N with K <= N, got {got}", {"got": shown(repr(value))}
-            )
-        return str(value)
+        return value
 
     @field_validator("planned", "planned_run")
     @classmethod
@@ -862,6 +932,7 @@ def load(paths: Sequence[Path]) -> Loaded:
     _same_passports(metadata, [name for name, _ in sources])
     _same_sample(metadata, [name for name, _ in sources])
     _same_corpus(metadata, [name for name, _ in sources])
+    _each_shard_once(metadata, [name for name, _ in sources])
     merged = pa.concat_tables(tables) if tables else SCHEMA.empty_table()
     keys = pa.Table.from_arrays([merged[k] for k in SORT_KEY], names=list(SORT_KEY))
     if keys.group_by(list(SORT_KEY)).aggregate([]).num_rows != merged.num_rows:
@@ -979,19 +1050,91 @@ def _same_corpus(metadata: Sequence[Mapping[str, Any]], names: Sequence[str]) ->
             )
 
 
+def _k_n(shard: object) -> tuple[int, int]:
+    k, n = (int(x) for x in str(shard).split("/"))
+    return k, n
+
+
+def _shard_runs(
+    metadata: Sequence[Mapping[str, Any]], names: Sequence[str] | None = None
+) -> dict[str, dict[int, tuple[str, Mapping[str, Any]]]]:
+    """The files that carry a manifest, by run id and shard k: (file name, manifest)."""
+    runs: dict[str, dict[int, tuple[str, Mapping[str, Any]]]] = {}
+    for i, meta in enumerate(metadata):
+        manifest = meta.get("manifest")
+        if manifest:
+            name = names[i] if names is not None else f"file {i + 1}"
+            k, _ = _k_n(manifest["shard"])
+            runs.setdefault(str(manifest["run"]), {}).setdefault(k, (name, manifest))
+    return runs
+
+
+def _each_shard_once(metadata: Sequence[Mapping[str, Any]], names: Sequence[str]) -> None:
+    """Shards are told apart by their manifests, whatever the files are called: the same
+    shard of one run twice, or shards whose cells do not add up to their run's plan (a
+    cell owned twice or by none), cannot be merged."""
+    firsts: dict[tuple[str, int], str] = {}
+    for name, meta in zip(names, metadata, strict=True):
+        manifest = meta.get("manifest")
+        if not manifest:
+            continue
+        key = (str(manifest["run"]), _k_n(manifest["shard"])[0])
+        if key in firsts:
+            raise ReportError(
+                f"{firsts[key]} and {name} are both shard {manifest['shard']} of run "
+                f"{key[0]}: merge each shard once"
+            )
+        firsts[key] = name
+    for run, shards in sorted(_shard_runs(metadata, names).items()):
+        (first, plan), *_ = shards.values()
+        files = ", ".join(name for name, _ in shards.values())
+        for name, manifest in shards.values():
+            theirs = [manifest[k] for k in ("run_cells", "run_cells_sum")]
+            if _k_n(manifest["shard"])[1] != _k_n(plan["shard"])[1] or theirs != [
+                plan["run_cells"],
+                plan["run_cells_sum"],
+            ]:
+                raise ReportError(
+                    f"{name} and {first} say different plans of run {run}: merge shards of one run"
+                )
+        owned = sum(int(m["cells"]) for _, m in shards.values())
+        n = _k_n(plan["shard"])[1]
+        together = f"{sum(int(m['cells_sum'], 16) for _, m in shards.values()) % _SUM:064x}"
+        whole = len(shards) == n
+        if owned > plan["run_cells"] or (
+            whole and (owned, together) != (plan["run_cells"], plan["run_cells_sum"])
+        ):
+            raise ReportError(
+                f"the shards of run {run} ({files}) do not add up to its plan of "
+                f"{plan['run_cells']:,} cells: they own {owned:,}, a cell twice or one of "
+                "another plan"
+            )
+
+
 def missing_shards(metadata: Sequence[Mapping[str, Any]], most: int = 10) -> list[str]:
-    """Shards K/N of a sharded run that are not among the files (the first `most`, then
-    how many more: N comes from a file, and may be large)."""
+    """Shards of a sharded run that are not among the files (the first `most` per run,
+    then how many more: N comes from a file, and may be large): `K/N of run RUN` for the
+    shards whose files carry a manifest (told apart by run, whatever the files' names),
+    `K/N` for files from before manifests (told apart by N alone)."""
+    out: list[str] = []
+    for run, shards in sorted(_shard_runs(metadata).items()):
+        n = _k_n(next(iter(shards.values()))[1]["shard"])[1]
+        out += [f"{s} of run {run}" for s in _absent(set(shards), n, most)]
     seen: dict[int, set[int]] = {}
     for meta in metadata:
         shard = meta.get("shard")
-        if shard:
-            k, n = (int(x) for x in str(shard).split("/"))
+        if shard and not meta.get("manifest"):
+            k, n = _k_n(shard)
             seen.setdefault(n, set()).add(k)
-    out: list[str] = []
     for n, ks in sorted(seen.items()):
-        first = [k for k in range(1, min(n, len(ks) + most) + 1) if k not in ks][:most]
-        out += [f"{k}/{n}" for k in first]
-        if n - len(ks) > len(first):
-            out.append(f"{n - len(ks) - len(first):,} more of {n}")
+        out += _absent(ks, n, most)
+    return out
+
+
+def _absent(ks: set[int], n: int, most: int) -> list[str]:
+    """`K/N` of the first `most` shards of 1..N not in `ks`, then how many more."""
+    first = [k for k in range(1, min(n, len(ks) + most) + 1) if k not in ks][:most]
+    out = [f"{k}/{n}" for k in first]
+    if n - len(ks) > len(first):
+        out.append(f"{n - len(ks) - len(first):,} more of {n}")
     return out

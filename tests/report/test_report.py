@@ -359,7 +359,8 @@ def test_missing_shards_exit_1_with_the_list_unless_allowed(
     capsys.readouterr()
     argv = [*shards, "--format", "json", "--out", str(out), "--merge-to", str(merged)]
     assert main(argv) == 1
-    said = "shards 3/3 are missing: coverage shows their tests as missing"
+    run_id = read_rows(Path(shards[0]))[1]["manifest"]["run"]  # shards named by their run
+    said = f"shards 3/3 of run {run_id} are missing: coverage shows their tests as missing"
     assert capsys.readouterr().err == (
         f"vault-report: error: {said} (--allow-missing-shards to accept it)\n"
     )
@@ -531,6 +532,7 @@ TABLES = [
     "concentration",
     "reach",
     "benign",
+    "owasp",
     "coverage",
 ]
 
