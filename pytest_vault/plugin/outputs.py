@@ -23,6 +23,8 @@ BASELINE: pytest.StashKey[Baseline] = pytest.StashKey()
 GATE: pytest.StashKey[Gate] = pytest.StashKey()
 # What the summary's `results:` line adds when the file holds less than a whole run.
 SUBSET: pytest.StashKey[str] = pytest.StashKey()
+# When the session started (unix nanoseconds): the traces of `--vault-otel` start there.
+STARTED: pytest.StashKey[int] = pytest.StashKey()
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -30,6 +32,11 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     cannot be used is one line, and nothing runs."""
     config = session.config
     opts = config.stash[VAULT].options
+    if not is_worker(config):
+        import time
+
+        config.stash[STARTED] = time.time_ns()
+        _otel_key(opts.otel, opts.otel_key_env)
     if opts.baseline is None or is_worker(config) or config.getoption("vault_decisions"):
         return
     from pytest_vault.report.baseline import BaselineError, check_trials, read_baseline
@@ -91,6 +98,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             "decode": vault.decode_record(),
             "planned": vault.planned,
             "planned_run": vault.planned_run,
+            "manifest": vault.manifest,
             "sample": vault.sample,
             "spend": vault.maker.spend.record(),
         }
@@ -122,9 +130,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     # them, made a column at a time, serves the other writers. Never a list of the
     # run's rows as dicts.
     outputs: list[tuple[str, Path | None, Callable[[VaultSession, Path], None]]] = [
-        ("--vault-results", opts.results if store else None, _write_results),
+        # A shard that owns nothing writes its file too: its manifest says it ran.
+        ("--vault-results", opts.results if store or opts.shard else None, _write_results),
         ("--vault-export-found", opts.export_found, _write_found),
         ("--vault-report", opts.report if store else None, _write_report),
+        # After the results file: a collector that fails never costs it.
+        ("--vault-otel", opts.otel if store else None, functools.partial(_write_otel, config)),
     ]
     if gate is not None:  # the gate's verdict stands whether or not its file is written
         write_gate = functools.partial(_write_gate, gate)
@@ -237,6 +248,61 @@ def _write_report(vault: VaultSession, path: Path) -> None:
         write_html(vault.store.results(), [metadata(vault)], partial)
 
 
+def _otel_key(otel: Path | None, name: str | None) -> bytes | None:
+    """The input hash's key, from the variable `--vault-otel-key-env` names (None: no
+    hash); a variable unset or empty, or no `--vault-otel`, is one line before anything
+    runs. The key itself is never written, nor said."""
+    if name is None:
+        return None
+    if otel is None:
+        raise pytest.UsageError("--vault-otel-key-env needs --vault-otel")
+    import os
+
+    from pytest_vault.core.extras import needs
+
+    missing = needs("rfc8785", "otel", "--vault-otel-key-env (RFC 8785 canonical arguments)")
+    if missing is not None:
+        raise pytest.UsageError(missing)
+    key = os.environ.get(name, "")
+    if not key:
+        raise pytest.UsageError(
+            f"--vault-otel-key-env {shown(name)}: the variable is not set or is empty, so "
+            "there is no key to hash the guardrail spans' input with"
+        )
+    return key.encode("utf-8", "surrogateescape")
+
+
+def _write_otel(config: pytest.Config, vault: VaultSession, path: Path) -> None:
+    """`--vault-otel`: the rows as OTLP/JSON traces, written whole; then, where the
+    standard variables name a collector, the same spans sent to it. A collector that
+    refuses, is down, or cannot be reached without the `[otel]` extra is one warning
+    line: the file and the results stand, and the exit status is the run's."""
+    import os
+    import time
+    import uuid
+
+    from pytest_vault.report.otel import (
+        Run,
+        endpoint,
+        send,
+        table_request,
+        unsendable,
+        write_otlp,
+    )
+
+    opts = vault.options
+    start = config.stash.get(STARTED, None) or time.time_ns()
+    run = Run(uuid.uuid4().hex, start, _otel_key(opts.otel, opts.otel_key_env))
+    request = table_request(vault.store.results(), metadata(vault), run)
+    write_otlp(path, request)
+    where = endpoint(os.environ)
+    if where is None:
+        return
+    said = unsendable() or send(request, where)
+    if said is not None:
+        stream(config, "stderr", f"WARNING: --vault-otel: {said}; {shown(path)} is written\n")
+
+
 def _write_found(vault: VaultSession, path: Path) -> None:
     """`--vault-export-found`: the adaptive finds as corpus lines, sorted (so any
     parallelism writes the same file); no find, an empty file."""
@@ -279,6 +345,7 @@ def pytest_terminal_summary(
     for label, option, path in (
         ("results", "--vault-results", vault.options.results),
         ("report", "--vault-report", vault.options.report),
+        ("otel", "--vault-otel", vault.options.otel),
     ):
         if path is not None and option not in vault.unwritten:
             said = config.stash.get(SUBSET, None) if label == "results" else None

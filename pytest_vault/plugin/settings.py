@@ -48,6 +48,10 @@ class Options:
     # This job's share of the items (K of N, 1-based), for spreading a run over CI jobs.
     shard: tuple[int, int] | None = None
     report: Path | None = None
+    # `--vault-otel`: the run as OTLP/JSON traces (and to a collector, where one is named);
+    # the variable holding the input hash's key (None: no hash).
+    otel: Path | None = None
+    otel_key_env: str | None = None
     # `--vault-guard MODULE:FACTORY`: the team's guard instead of ours (None: "oap").
     guard: str | None = None
     # A stratified sample of the attacks (and of the benign cases), and its seed.

@@ -44,6 +44,8 @@ BAD: dict[str, tuple[str, str]] = {
     "vault_budget_usd": ("-1", "-1.0: must be a finite number at least 0"),
     "vault_shard": ("0/3", "'0/3': expected K/N with 1 <= K <= N, e.g. 2/3"),
     "vault_report": ("", PATH),
+    "vault_otel": ("", PATH),
+    "vault_otel_key_env": (" ", "' ': expected a variable name"),
     "vault_progress": ("-1", "-1.0: must be a finite number at least 0"),
     "vault_decisions": ("maybe", ""),
     "vault_sample": ("0", "'0': must be from 1 to 10,000,000"),
@@ -76,7 +78,7 @@ def errors(result: pytest.RunResult) -> list[str]:
 
 
 def test_every_option_of_the_table_has_a_bad_value_here() -> None:
-    assert len(OPTIONS) == 41
+    assert len(OPTIONS) == 43
     assert list(BAD) == [o.key for o in OPTIONS]
     assert [o.key for o in OPTIONS if o.kind == "flag"] == [
         k for k, (_, said) in BAD.items() if not said

@@ -33,13 +33,14 @@ def hostile(pytester: pytest.Pytester) -> pytest.Pytester:
     return pytester
 
 
-def test_the_table_has_nine_path_options() -> None:
+def test_the_table_has_ten_path_options() -> None:
     assert [o.flag for o in PATHS] == [
         "--vault-passports",
         "--vault-results",
         "--vault-cache",
         "--vault-prices",
         "--vault-report",
+        "--vault-otel",
         "--vault-baseline",
         "--vault-baseline-out",
         "--vault-export-found",

@@ -9,6 +9,7 @@ results file, JUnit XML, the HTML report, the baseline gate against the last rel
 
 from __future__ import annotations
 
+import json
 import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 
 from pytest_vault.guard.folder import SHIPPED
 
+from ..report.test_otel import counts, row_counts, validate
 from ..results import read_rows
 
 pytestmark = pytest.mark.slow
@@ -92,6 +94,7 @@ def test_serial_and_two_workers_write_the_same_outputs(
             f"--junitxml={name}.xml",
             f"--vault-report={name}.html",
             f"--vault-export-found={name}.jsonl",
+            f"--vault-otel={name}.otel.json",
         )
     serial, spread = outputs["serial"], outputs["spread"]
     # The receipt-trusting model regresses against the reference baseline: exit 1 both ways.
@@ -125,6 +128,9 @@ def test_serial_and_two_workers_write_the_same_outputs(
     assert (path / "serial.html").read_bytes() == (path / "spread.html").read_bytes()
     finds = (path / "serial.jsonl").read_bytes()
     assert finds and finds == (path / "spread.jsonl").read_bytes()
+    # The traces: each run has its own id and clock, so their counts are compared.
+    traces = [json.loads((path / f"{n}.otel.json").read_text()) for n in ("serial", "spread")]
+    assert counts(validate(traces[0])) == counts(validate(traces[1])) == row_counts(rows)
 
 
 def test_serial_and_two_workers_record_the_same_decision_snapshots(
