@@ -28,7 +28,7 @@ from pytest_vault.core.cli import quiet_on_closed_pipe, write_out
 from pytest_vault.core.errors import FileError, reason
 from pytest_vault.core.files import write_text
 from pytest_vault.core.text import shown
-from pytest_vault.harness.levels import load_levels
+from pytest_vault.harness.levels import Level, load_levels
 from pytest_vault.report.formats import render_text, write_csv
 from pytest_vault.report.html import render
 from pytest_vault.report.judges import for_people, judged_only
@@ -165,9 +165,29 @@ def _main(argv: list[str]) -> int:
         action="store_true",
         help="every table over the evaluations that all judges answered yes or no",
     )
+    parser.add_argument(
+        "--atif",
+        type=Path,
+        metavar="DIR",
+        help="also write each evaluation as an ATIF v1.7 trajectory into this folder "
+        "(vault-report rescore reads them back)",
+    )
+    parser.add_argument(
+        "--inspect-log",
+        type=Path,
+        metavar="DIR",
+        help="also write one Inspect .eval log per model and architecture into this folder "
+        "(inspect view opens them; needs pytest-vault[inspect])",
+    )
     _allow_missing_shards(parser)
     _bootstrap_options(parser)
     args = parser.parse_args(argv)
+    if args.inspect_log is not None:
+        from pytest_vault.report.inspect_log import missing
+
+        if (problem := missing()) is not None:
+            print(f"vault-report: error: {problem}", file=sys.stderr)
+            return 2
     if args.format == "csv" and args.out is None:
         parser.error("--format csv needs --out FOLDER")
     if args.format == "text" and args.out is not None:
@@ -178,6 +198,8 @@ def _main(argv: list[str]) -> int:
         ("--merge-to", args.merge_to, False),
         ("--html", args.html, False),
         ("--out", args.out if args.format != "text" else None, args.format == "csv"),
+        ("--atif", args.atif, True),
+        ("--inspect-log", args.inspect_log, True),
     ):
         return 2
     loaded: Loaded | None = None
@@ -264,10 +286,31 @@ def _run(loaded: Loaded, args: argparse.Namespace, outputs: _Outputs) -> int:
         write_out(head + render_text(for_people(result), wide=args.wide))
     if page is not None:
         outputs.write("--html", args.html, lambda: write_text(args.html, page))
+    if args.atif is not None:
+        from pytest_vault.report.atif import write_atif
+
+        outputs.write("--atif", args.atif, lambda: write_atif(loaded, args.atif))
+    if args.inspect_log is not None:
+        from pytest_vault.report.inspect_log import write_logs
+
+        outputs.write(
+            "--inspect-log",
+            args.inspect_log,
+            lambda: _said(write_logs(table, result, metadata, args.inspect_log), "Inspect log"),
+        )
     # An INCOMPLETE verdict is not a pass: 1, as for a missing shard (which
     # --allow-missing-shards accepts, with the rows it leaves missing; never an error).
     unmeasured = found.errors or found.not_run or (found.missing and not args.allow_missing_shards)
     return 2 if outputs.failed else 1 if incomplete or unmeasured else 0
+
+
+def _said(paths: Sequence[Path], what: str) -> None:
+    """On stderr (stdout holds the tables): how many files of `what` went where."""
+    where = shown(paths[0].parent) if paths else "nowhere (no rows)"
+    print(
+        f"vault-report: wrote {len(paths)} {what}{'s' * (len(paths) != 1)} to {where}",
+        file=sys.stderr,
+    )
 
 
 def _err(text: str) -> None:
@@ -289,7 +332,11 @@ def main_rescore(argv: Sequence[str]) -> int:
         "changed what the model did next.",
     )
     parser.add_argument(
-        "files", nargs="+", type=Path, help="results files (.parquet); shards merge"
+        "files",
+        nargs="+",
+        type=Path,
+        help="results files (.parquet; shards merge), ATIF trajectories (.json, .jsonl, or a "
+        "folder of them), Inspect logs (.eval; needs pytest-vault[inspect])",
     )
     parser.add_argument(
         "--passports",
@@ -309,6 +356,25 @@ def main_rescore(argv: Sequence[str]) -> int:
         type=Path,
         metavar="FILE.parquet",
         help="also write the re-scored rows (a results file marked counterfactual)",
+    )
+    parser.add_argument(
+        "--level",
+        type=_whole(1, 5),
+        metavar="N",
+        help="the level another tool's trajectories are judged at (required for them)",
+    )
+    parser.add_argument(
+        "--was",
+        type=Path,
+        metavar="DIR",
+        help="the passports in force when another tool's trajectories ran: their old "
+        "decisions (required for them)",
+    )
+    parser.add_argument(
+        "--map",
+        metavar="FILE",
+        help="another tool's tool and argument names as ours: a TOML file, or built in: "
+        "agentdojo, openai-agents (required for its trajectories)",
     )
     _allow_missing_shards(parser)
     _bootstrap_options(parser)
@@ -331,10 +397,10 @@ def main_rescore(argv: Sequence[str]) -> int:
             levels = load_levels(args.passports)
         for warning in caught:
             print(f"vault-report rescore: warning: {shown(warning.message)}", file=sys.stderr)
-        loaded = load(args.files)
+        loaded, was = _rescore_inputs(args)
         incomplete = _missing_shards(loaded, args.allow_missing_shards, "vault-report rescore")
         _warnings(loaded, "vault-report rescore")
-        rescored = rescore(loaded.table, levels, now, logs=args.out is not None)
+        rescored = rescore(loaded.table, levels, now, logs=args.out is not None, was=was)
         out = rescore_result(
             rescored, loaded.metadata, levels, now, Bootstrap(args.resamples, args.seed)
         )
@@ -355,6 +421,34 @@ def main_rescore(argv: Sequence[str]) -> int:
     else:
         write_out(render_rescore(out, verbose=args.verbose))
     return 2 if outputs.failed else 1 if incomplete else 0
+
+
+def _rescore_inputs(args: argparse.Namespace) -> tuple[Loaded, dict[int, Level] | None]:
+    """The rows to re-score (results files as `load` reads them; ATIF trajectories,
+    `atif.py`, beside them), and the passports another tool's calls are judged under
+    first (`--was`)."""
+    from pytest_vault.report.atif import Options, is_parquet, load_any, load_map
+
+    if all(is_parquet(p) for p in args.files):
+        given = [
+            o for o, v in (("--level", args.level), ("--was", args.was), ("--map", args.map)) if v
+        ]
+        if given:
+            raise ReportError(
+                f"{', '.join(given)}: for another tool's ATIF trajectories, and the inputs are "
+                "results files (their levels and decisions are recorded)"
+            )
+        return load(args.files), None
+    was = None
+    if args.was is not None:
+        with warnings.catch_warnings(record=True) as caught:
+            was = load_levels(args.was)
+        for warning in caught:
+            print(
+                f"vault-report rescore: warning: --was: {shown(warning.message)}", file=sys.stderr
+            )
+    tool_map = None if args.map is None else load_map(args.map)
+    return load_any(args.files, Options(args.level, was, tool_map)), was
 
 
 if __name__ == "__main__":
