@@ -48,6 +48,37 @@ answer = json.loads(bank.stdout.splitlines()[0])
 assert answer["result"]["serverInfo"]["name"] == "pytest-vault bank", bank.stdout + bank.stderr
 """
 
+# A run's traces sent to a stand-in collector on 127.0.0.1, with the keyed input hash.
+OTEL_EXPORT = """
+import http.server, os, subprocess, sys, threading
+got = []
+class Collector(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        got.append(self.rfile.read(int(self.headers["Content-Length"])))
+        self.send_response(200); self.send_header("Content-Length", "0"); self.end_headers()
+    def log_message(self, *args):
+        pass
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Collector)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{server.server_port}",
+       "VAULT_OTEL_KEY": "nox-key"}
+run = subprocess.run([sys.executable, "-m", "pytest", "--vault-corpus", "builtin:level-2", "-q",
+                      "-p", "no:cacheprovider", "--vault-otel", "t.json",
+                      "--vault-otel-key-env", "VAULT_OTEL_KEY"], env=env, capture_output=True,
+                     text=True, timeout=600)
+assert run.returncode == 0 and "WARNING" not in run.stderr, run.stdout[-2000:] + run.stderr
+assert got and b"hmac-sha256:" in open("t.json", "rb").read(), len(got)
+"""
+
+# A run's Inspect logs read back by Inspect's own reader: a sample per row.
+INSPECT_READ = """
+import glob, pyarrow.parquet as pq
+from inspect_ai.log import read_eval_log
+logs = [read_eval_log(p) for p in sorted(glob.glob("logs/*.eval"))]
+rows = pq.read_table("r.parquet").num_rows
+assert len(logs) == 10 and sum(len(log.samples) for log in logs) == rows, (len(logs), rows)
+"""
+
 # Each extra alone, and what shows it works: a command run in an empty folder.
 EXTRAS: dict[str, list[list[str]]] = {
     # No extra: the built-in corpus on the five controls.
@@ -85,6 +116,23 @@ EXTRAS: dict[str, list[list[str]]] = {
     "mcp": [["python", "-c", MCP_INITIALIZE]],
     "pydantic-ai": [["python", "-c", "import pytest_vault.adapters.pydantic_ai"]],
     "openai-agents": [["python", "-c", "import pytest_vault.adapters.openai_agents"]],
+    # The traces to a collector, through the OpenTelemetry SDK's exporter.
+    "otel": [["python", "-c", OTEL_EXPORT]],
+    # The run as Inspect logs (one per model and architecture), read back.
+    "inspect": [
+        [
+            "pytest",
+            "--vault-corpus",
+            "builtin:level-2",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--vault-results",
+            "r.parquet",
+        ],
+        ["vault-report", "r.parquet", "--inspect-log", "logs"],
+        ["python", "-c", INSPECT_READ],
+    ],
     "agentdojo": [
         [
             "python",
