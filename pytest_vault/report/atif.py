@@ -79,6 +79,7 @@ from pytest_vault.report.results import (
     ResultsError,
     attributed,
     check_table,
+    each_once,
     load,
     read_transcript,
     to_table,
@@ -617,24 +618,22 @@ def load_any(paths: Sequence[Path], options: Options) -> Loaded:
     tables: list[pa.Table] = []
     metadata: list[dict[str, Any]] = []
     sources: list[tuple[str, int]] = []
+    # The results files among the inputs merge together first, with all of
+    # `results.load`'s checks across them (one sample, one corpus, each shard once).
+    parquet = [p for p in paths if is_parquet(p)]
+    if parquet:
+        part = load(parquet)
+        tables.append(part.table)
+        metadata += part.metadata
+        sources += part.sources
     for path in paths:
-        if is_parquet(path):
-            part = load([path])
-            tables.append(part.table)
-            metadata += part.metadata
-            sources += part.sources
+        if path in parquet:
             continue
         for table, meta, name in _read_atif(path, options):
             tables.append(table)
             metadata.append(meta)
             sources.append((name, table.num_rows))
-    merged = pa.concat_tables(tables) if tables else SCHEMA.empty_table()
-    keys = pa.Table.from_arrays([merged[k] for k in SORT_KEY], names=list(SORT_KEY))
-    if keys.group_by(list(SORT_KEY)).aggregate([]).num_rows != merged.num_rows:
-        raise ReportError(
-            "the inputs hold the same evaluation (attack, model, track, architecture, trial) "
-            "twice: a trajectory read twice, or two with one session_id"
-        )
+    merged = each_once(tables, "the inputs", "a trajectory read twice, or two with one session_id")
     return Loaded(attributed(merged), metadata, sources)
 
 

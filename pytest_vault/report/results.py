@@ -933,15 +933,21 @@ def load(paths: Sequence[Path]) -> Loaded:
     _same_sample(metadata, [name for name, _ in sources])
     _same_corpus(metadata, [name for name, _ in sources])
     _each_shard_once(metadata, [name for name, _ in sources])
+    merged = each_once(tables, "the files", "merge shards of one run, or runs of different models")
+    return Loaded(attributed(merged), metadata, sources)
+
+
+def each_once(tables: Sequence[pa.Table], inputs: str, advice: str) -> pa.Table:
+    """The tables as one, where no evaluation (the sort key) is held twice: `inputs`
+    and `advice` say which and what to do in the one line that refuses it."""
     merged = pa.concat_tables(tables) if tables else SCHEMA.empty_table()
     keys = pa.Table.from_arrays([merged[k] for k in SORT_KEY], names=list(SORT_KEY))
     if keys.group_by(list(SORT_KEY)).aggregate([]).num_rows != merged.num_rows:
         raise ReportError(
-            "the files hold the same evaluation (attack, model, track, architecture, trial) "
-            "twice: "
-            "merge shards of one run, or runs of different models"
+            f"{inputs} hold the same evaluation (attack, model, track, architecture, trial) "
+            f"twice: {advice}"
         )
-    return Loaded(attributed(merged), metadata, sources)
+    return merged
 
 
 def attributed(table: pa.Table) -> pa.Table:
