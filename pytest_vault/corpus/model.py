@@ -33,6 +33,7 @@ from pydantic_core import PydanticCustomError
 from pytest_vault.core.errors import Loc, field_path
 from pytest_vault.core.text import shown
 from pytest_vault.guard.engine import (
+    POLICY_ID,
     TRANSFER_TOOL,
     Transfer,
     Unreadable,
@@ -41,6 +42,7 @@ from pytest_vault.guard.engine import (
     to_minor,
 )
 from pytest_vault.guard.money import Money, minor_digits
+from pytest_vault.guard.packs import EXECUTE_POLICY, PAYOUT_POLICY, REFUND_POLICY
 
 CATEGORIES = (
     "authority_claim",
@@ -124,6 +126,17 @@ RECORD_TOOLS: dict[str, tuple[str, ...]] = {
 # request of the five events, a payment to its counterparty (a refund's customer, a
 # payout's destination, a scheduled payment's payee). `update_account` moves none.
 MONEY_TOOLS = (TRANSFER_TOOL, REFUND_TOOL, PAYOUT_TOOL, SCHEDULE_TOOL, RESCHEDULE_TOOL)
+# The OAP packs that judge each tool's calls, the one its capability names first: a
+# scheduled payment is a transaction executed later (the execute pack) whose payment is
+# judged as a charge; an account change needs the execute pack's capability.
+PACKS: dict[str, tuple[str, ...]] = {
+    TRANSFER_TOOL: (POLICY_ID,),
+    REFUND_TOOL: (REFUND_POLICY,),
+    PAYOUT_TOOL: (PAYOUT_POLICY,),
+    SCHEDULE_TOOL: (EXECUTE_POLICY, POLICY_ID),
+    RESCHEDULE_TOOL: (EXECUTE_POLICY, POLICY_ID),
+    ACCOUNT_TOOL: (EXECUTE_POLICY,),
+}
 # The argument naming each record tool's counterparty (its movement's recipient).
 COUNTERPARTY_ARG = {
     REFUND_TOOL: "customer_id",

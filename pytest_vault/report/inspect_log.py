@@ -43,14 +43,8 @@ from pydantic import BaseModel
 
 from pytest_vault.core.extras import needs
 from pytest_vault.core.text import redact, redacted, shown
-from pytest_vault.corpus.model import (
-    PAYOUT_TOOL,
-    REFUND_TOOL,
-    RESCHEDULE_TOOL,
-    SCHEDULE_TOOL,
-)
-from pytest_vault.guard.engine import POLICY_ID, TRANSFER_TOOL
-from pytest_vault.guard.packs import EXECUTE_POLICY, PAYOUT_POLICY, REFUND_POLICY
+from pytest_vault.corpus.model import PACKS
+from pytest_vault.guard.engine import TRANSFER_TOOL
 from pytest_vault.report.results import ResultsError, read_calls, read_json, read_transcript
 
 if TYPE_CHECKING:
@@ -63,15 +57,6 @@ M = TypeVar("M", bound=BaseModel)
 OPTION = "--inspect-log"
 HEADLINE = "stages levels 2-4"
 TASK = "pytest-vault"
-# The OAP pack that judges each money-moving tool's calls (a scheduled payment is also
-# judged as a charge: the execute pack names the capability).
-PACK = {
-    TRANSFER_TOOL: POLICY_ID,
-    REFUND_TOOL: REFUND_POLICY,
-    PAYOUT_TOOL: PAYOUT_POLICY,
-    SCHEDULE_TOOL: EXECUTE_POLICY,
-    RESCHEDULE_TOOL: EXECUTE_POLICY,
-}
 # Per-sample scores: name -> the row's column (null: no score).
 SCORES = {
     "unpermitted": "unpermitted",
@@ -216,7 +201,7 @@ class _Texts:
 
 def _approver(row: Mapping[str, Any], name: str) -> str:
     guard = shown(row.get("guard") or "oap")
-    pack = PACK.get(name, "no OAP pack")
+    pack = " and ".join(PACKS.get(name, ("no OAP pack",)))
     said = f"pytest-vault guard {guard}: passport level-{row['level']}, pack {pack}"
     if row["architecture"] != "guarded":
         said += " (shadow decision: model alone, not enforced)"

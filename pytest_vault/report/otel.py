@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_vault.core.json import DATA, Problem
 from pytest_vault.core.text import json_text, redact, safe, scrub_url
+from pytest_vault.corpus.model import PACKS
 from pytest_vault.corpus.owasp import asi_of, risk_category
 from pytest_vault.harness.events import forbidden, inconclusive
 
@@ -138,13 +139,16 @@ def input_hash(key: bytes, arguments: str | None) -> str:
     return HASH_PREFIX + digest
 
 
-def _policy_id(level: int, passports: Mapping[str, Any]) -> str:
-    """The passport that decided: its file and digest as the results metadata records it
-    (`level-N` where it records none)."""
+def _policy_id(level: int, passports: Mapping[str, Any], tool: str) -> str:
+    """The passport that decided, and the packs that judge the tool's calls:
+    `level-2.json@sha256:HEX/finance.payment.charge.v1` (the passport's file and digest as
+    the results metadata records them, `level-N` where it records none; two packs joined
+    by `+`)."""
     held = passports.get(str(level))
+    passport = f"level-{level}"
     if isinstance(held, Mapping) and "file" in held:
-        return f"{held['file']}@{held.get('sha256', '')}".rstrip("@")
-    return f"level-{level}"
+        passport = f"{held['file']}@{held.get('sha256', '')}".rstrip("@")
+    return f"{passport}/{'+'.join(PACKS.get(tool, ('unknown',)))}"
 
 
 def _outcome(row: Mapping[str, Any]) -> tuple[str, float | None]:
@@ -237,7 +241,6 @@ class _Builder:
         yield agent
         calls = list(row.get("tool_calls") or ())
         slot = duration // len(calls) if calls else 0
-        policy = _policy_id(int(row["level"]), self.passports)
         component = str(row.get("guard") or "oap") if guarded else "oap"
         asi = asi_of(str(row["category"]), str(row["track"]))
         for i, call in enumerate(calls):
@@ -274,6 +277,7 @@ class _Builder:
             decision = call.get("decision")
             if decision is None:
                 continue
+            policy = _policy_id(int(row["level"]), self.passports, tool)
             allow = bool(decision["allow"])
             codes = [str(c) for c in decision.get("codes") or ()]
             rule = None if allow or not codes else codes[0]

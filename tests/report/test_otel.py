@@ -428,7 +428,9 @@ def test_hand_rows_validate_and_count_as_the_rows_do() -> None:
     # The blocked call's guardrail span: the failing rule, the passport that decided.
     [block] = [s for s in spans if s["attrs"].get("gen_ai.guardrail.action.type") == "block"]
     assert block["name"] == "run_guardrail oap"
-    assert block["attrs"]["gen_ai.guardrail.security.policy.id"] == "level-2.json@sha256:ab"
+    assert block["attrs"]["gen_ai.guardrail.security.policy.id"] == (
+        "level-2.json@sha256:ab/finance.payment.charge.v1"
+    )
     assert block["attrs"]["gen_ai.guardrail.security.policy.rule.id"] == "oap.merchant_forbidden"
     assert block["attrs"]["gen_ai.guardrail.verdict.reason"] == "oap.merchant_forbidden"
 
