@@ -292,8 +292,16 @@ def _write_otel(config: pytest.Config, vault: VaultSession, path: Path) -> None:
 
     opts = vault.options
     start = config.stash.get(STARTED, None) or time.time_ns()
-    run = Run(uuid.uuid4().hex, start, _otel_key(opts.otel, opts.otel_key_env))
-    request = table_request(vault.store.results(), metadata(vault), run)
+    meta = metadata(vault)
+    # A shard's traces carry its run's id (the manifest's, the same in every shard), so
+    # the shards of one run group as one; an unsharded run's is its own.
+    manifest = meta.get("manifest") or {}
+    run = Run(
+        str(manifest.get("run") or uuid.uuid4().hex),
+        start,
+        _otel_key(opts.otel, opts.otel_key_env),
+    )
+    request = table_request(vault.store.results(), meta, run)
     write_otlp(path, request)
     where = endpoint(os.environ)
     if where is None:

@@ -258,3 +258,23 @@ def test_the_guarded_builtin_run_validates_with_a_span_per_decision(
     assert got["invoke_agent"] == len(rows)
     assert got["action:audit"] == 0  # guarded only: every decision enforced
     assert proto_counts(request)["run_guardrail"] == decisions
+
+
+def test_the_shards_of_one_run_trace_under_its_run_id(pytester: pytest.Pytester) -> None:
+    """Each shard's traces carry the run id of its manifest (the same in every shard), so
+    the shards' files together are the run's traces, under one id."""
+    whole, rows, request = _run(pytester)
+    whole.assert_outcomes(passed=104, deselected=792)
+    everything = counts(validate(request))
+    got: Counter[str] = Counter()
+    runs = set()
+    for k in (1, 2):
+        result = pytester.runpytest(*SLICE, f"--vault-shard={k}/2")
+        assert result.ret == 0
+        manifest = read_rows(pytester.path / "r.parquet")[1]["manifest"]
+        spans = validate(json.loads((pytester.path / "traces.json").read_text("utf-8")))
+        runs |= {s["attrs"]["vault.run.id"] for s in spans}
+        assert {s["attrs"]["vault.run.id"] for s in spans} == {manifest["run"]}
+        got += counts(spans)
+    assert len(runs) == 1
+    assert got == everything
